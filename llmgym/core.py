@@ -1,0 +1,298 @@
+"""The text-environment core every llmgym env builds on.
+
+A :class:`TextEnv` is a real :class:`gymnasium.Env` whose observations and actions are
+strings. The observation is the text of the next user turn; the action is the raw model
+completion. The core owns what every text env shares, so that each env only describes its
+task:
+
+* parsing the completion with a parser that is passed in (default: the last
+  ``<answer>...</answer>``), and never raising on a bad action;
+* the invalid-action rule: state unchanged, ``invalid_penalty`` reward, feedback in the
+  next observation, and an optional episode end after ``max_invalid_actions``;
+* the turn limit ``max_turns`` (``truncated``), the standard ``info`` keys, ``render_mode="ansi"``;
+* keeping observations inside the declared :class:`gymnasium.spaces.Text` space;
+* rejecting unknown constructor options with a suggestion.
+
+A subclass implements ``_reset_task``, ``_apply`` and ``_observe`` (see their docstrings).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any, ClassVar, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from llmgym.error import ResetNeeded, UnknownOptionError, did_you_mean
+from llmgym.parsing import ActionParser, extract_answer
+
+#: Every printable ASCII character plus newline and tab: the charset of all llmgym Text spaces.
+CHARSET = "".join(chr(code) for code in range(32, 127)) + "\n\t"
+#: Upper bound on an observation's length; longer text is cut (and marked) by the core.
+MAX_OBSERVATION_LENGTH = 8192
+#: Upper bound on an action in the action space. Longer actions are still accepted (parsed
+#: like any other), they are only outside what ``action_space.sample()`` draws.
+MAX_ACTION_LENGTH = 8192
+
+_OUTSIDE_CHARSET = re.compile(r"[^\x20-\x7e\n\t]")
+_TRUNCATION_MARK = "\n[...truncated]"
+
+
+def to_charset(text: str, max_length: int = MAX_OBSERVATION_LENGTH) -> str:
+    """``text`` with characters outside :data:`CHARSET` replaced by ``?`` and cut to ``max_length``."""
+    if _OUTSIDE_CHARSET.search(text) is not None:
+        text = _OUTSIDE_CHARSET.sub("?", text)
+    if len(text) > max_length:
+        text = text[: max_length - len(_TRUNCATION_MARK)] + _TRUNCATION_MARK
+    return text
+
+
+def text_space(max_length: int) -> spaces.Text:
+    """A :class:`gymnasium.spaces.Text` over :data:`CHARSET` with lengths ``0..max_length``."""
+    return spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+
+
+class Outcome:
+    """What one parsed action did; returned by :meth:`TextEnv._apply`.
+
+    Attributes:
+        observation: the next user turn (feedback plus the new state).
+        reward: the step's reward (ignored when ``valid`` is False: ``invalid_penalty`` is used).
+        terminated: the task ended (solved, failed, or lost).
+        success: the task's own success, independent of reward shaping.
+        valid: the action was legal. An invalid action must leave the state unchanged.
+        effective: the state changed.
+        info: extra env-specific ``info`` entries.
+    """
+
+    __slots__ = ("observation", "reward", "terminated", "success", "valid", "effective", "info")
+
+    def __init__(
+        self,
+        observation: str,
+        reward: float = 0.0,
+        terminated: bool = False,
+        success: bool = False,
+        valid: bool = True,
+        effective: bool = True,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.observation = observation
+        self.reward = reward
+        self.terminated = terminated
+        self.success = success
+        self.valid = valid
+        self.effective = effective
+        self.info = info
+
+
+def _reject_unknown_options(init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap ``__init__`` so an unknown keyword fails with the valid names and a suggestion."""
+    parameters = inspect.signature(init).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return init
+    valid = [name for name in parameters if name != "self"]
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name in kwargs:
+            if name not in parameters:
+                raise UnknownOptionError(
+                    f"{type(self).__name__} has no option {name!r}.{did_you_mean(name, valid)} "
+                    f"Valid options: {', '.join(sorted(valid))}."
+                )
+        init(self, *args, **kwargs)
+
+    return checked_init
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of llmgym's single-agent text environments (see the module docstring).
+
+    Arguments common to every text env:
+        render_mode: ``None`` or ``"ansi"`` (``render()`` returns the state as text).
+        invalid_penalty: reward of an unparseable or illegal action.
+        max_invalid_actions: end the episode (``terminated``) after this many invalid
+            actions; ``None`` never ends it for that reason.
+        max_turns: end the episode (``truncated``) after this many steps; ``None`` for no limit.
+        action_parser: turns the raw completion into the action string, or ``None`` when it
+            finds none. Default: :func:`llmgym.parsing.extract_answer`.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    #: Keys accepted in ``reset(options=...)``; others raise :class:`UnknownOptionError`.
+    reset_options: ClassVar[frozenset[str]] = frozenset({"level"})
+    #: Said in the feedback when no action could be parsed from the completion.
+    format_hint: ClassVar[str] = "Put your action inside <answer>...</answer>."
+
+    observation_space: spaces.Text
+    action_space: spaces.Text
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _reject_unknown_options(cls.__dict__["__init__"])  # type: ignore[method-assign]
+
+    def __init__(
+        self,
+        *,
+        render_mode: str | None = None,
+        invalid_penalty: float = -0.1,
+        max_invalid_actions: int | None = None,
+        max_turns: int | None = None,
+        action_parser: ActionParser | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}."
+            )
+        if max_invalid_actions is not None and max_invalid_actions < 1:
+            raise ValueError(f"max_invalid_actions must be >= 1 or None, got {max_invalid_actions}.")
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 or None, got {max_turns}.")
+        self.render_mode = render_mode
+        self.invalid_penalty = float(invalid_penalty)
+        self.max_invalid_actions = max_invalid_actions
+        self.max_turns = max_turns
+        self.action_parser: ActionParser = action_parser or extract_answer
+        self.observation_space = text_space(MAX_OBSERVATION_LENGTH)
+        self.action_space = text_space(MAX_ACTION_LENGTH)
+        self._turn = 0
+        self._invalid_count = 0
+        self._started = False
+        self._ended = False
+        self._success = False
+
+    # ------------------------------------------------------------------ the subclass's part
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt that explains the task and the action format."""
+        raise NotImplementedError
+
+    def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Start a new task from ``self.np_random`` (or ``options["level"]``).
+
+        Returns the first observation and env-specific reset ``info`` (``level_id`` or
+        ``seed``, and ``optimal_steps`` where known).
+        """
+        raise NotImplementedError
+
+    def _apply(self, action: str) -> Outcome:
+        """Apply one parsed action. An illegal action returns ``valid=False`` and changes nothing."""
+        raise NotImplementedError
+
+    def _observe(self) -> str:
+        """The current state as text (used in feedback and by ``render``)."""
+        raise NotImplementedError
+
+    # Optional, for eval sets, gold tests and the optimal agent:
+    def level(self) -> Any:
+        """The current episode's starting level, JSON-serializable, as ``reset(options={"level": ...})`` takes it."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its level.")
+
+    def solution(self) -> list[str] | None:
+        """An optimal sequence of parsed actions from the current state (``None``: unknown/unsolvable).
+
+        Each element is what the parser would return, e.g. ``"Up"``; wrap it in the env's
+        answer format (``<answer>Up</answer>``) to play it as a completion.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no solver.")
+
+    # ------------------------------------------------------------------ the Gymnasium API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        for name in options:
+            if name not in self.reset_options:
+                raise UnknownOptionError(
+                    f"{type(self).__name__}.reset has no option {name!r}."
+                    f"{did_you_mean(name, self.reset_options)} "
+                    f"Valid options: {', '.join(sorted(self.reset_options)) or 'none'}."
+                )
+        self._turn = 0
+        self._invalid_count = 0
+        self._started = True
+        self._ended = False
+        self._success = False
+        observation, info = self._reset_task(options)
+        info["system_prompt"] = self.system_prompt
+        return to_charset(observation), info
+
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        if not self._started:
+            raise ResetNeeded(f"{type(self).__name__}.step was called before reset(); call env.reset() first.")
+        if self._ended:
+            return self._after_end()
+        parsed = self._parse(action)
+        if parsed is None:
+            outcome = Outcome(f"Invalid action: {self.format_hint}\n\n{self._observe()}", valid=False, effective=False)
+        else:
+            outcome = self._apply(parsed)
+        self._turn += 1
+        observation = outcome.observation
+        terminated = outcome.terminated
+        reward = outcome.reward
+        if not outcome.valid:
+            reward = self.invalid_penalty
+            self._invalid_count += 1
+            if self.max_invalid_actions is not None and self._invalid_count >= self.max_invalid_actions:
+                terminated = True
+                observation += f"\n\nToo many invalid actions ({self._invalid_count}); the episode is over."
+        self._success = self._success or outcome.success
+        truncated = not terminated and self.max_turns is not None and self._turn >= self.max_turns
+        self._ended = terminated or truncated
+        info = {
+            "success": self._success,
+            "action_is_valid": outcome.valid,
+            "action_is_effective": outcome.effective,
+            "parsed_action": parsed,
+            "turn": self._turn,
+        }
+        if outcome.info:
+            info.update(outcome.info)
+        return to_charset(observation), reward, terminated, truncated, info
+
+    def render(self) -> str | None:  # type: ignore[override]
+        if self.render_mode == "ansi":
+            return self._observe() if self._started else ""
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    def _parse(self, action: Any) -> str | None:
+        if not isinstance(action, str):
+            return None
+        try:
+            parsed = self.action_parser(action)
+        except Exception:  # a user-supplied parser must not crash the env either
+            return None
+        return parsed if isinstance(parsed, str) and parsed else None
+
+    def _after_end(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        info = {
+            "success": self._success,
+            "action_is_valid": False,
+            "action_is_effective": False,
+            "parsed_action": None,
+            "turn": self._turn,
+        }
+        return "The episode is over; call reset() to start a new one.", 0.0, True, False, info
+
+    def _draw_level_seed(self) -> int:
+        """A seed for a level generator, drawn from ``self.np_random``.
+
+        Generating from this seed (rather than from ``np_random`` directly) makes every level
+        reproducible from one integer, which reset ``info`` reports as ``seed``.
+        """
+        return int(self.np_random.integers(0, 2**63 - 1))
+
+
+def level_rng(level_seed: int) -> np.random.Generator:
+    """The generator a level with ``level_seed`` is drawn from (see ``_draw_level_seed``)."""
+    return np.random.Generator(np.random.PCG64(level_seed))

@@ -1,0 +1,58 @@
+"""Typed errors raised by llmgym.
+
+Every message says what was expected, what came, and what to do. Each class also derives
+from the matching built-in (``TypeError``, ``ValueError``, ...) so that callers who catch
+the built-in keep working.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class Error(Exception):
+    """Base class of every llmgym error."""
+
+
+class UnknownOptionError(Error, TypeError):
+    """A constructor or config got an option it does not have."""
+
+
+class InvalidOptionError(Error, ValueError):
+    """An option has a value outside what the env or config can honour."""
+
+
+class LevelFormatError(Error, ValueError):
+    """A level given through ``reset(options={"level": ...})`` cannot be parsed."""
+
+
+class DatasetError(Error, ValueError):
+    """A dataset file is missing, or a row in it is malformed."""
+
+
+class DependencyNotInstalled(Error, ImportError):
+    """An optional dependency is missing; the message names the install command."""
+
+
+class ResetNeeded(Error, RuntimeError):
+    """``step`` was called on an episode that has ended, or before the first ``reset``."""
+
+
+class SubEnvError(Error, RuntimeError):
+    """A sub-env of a vector env raised; carries the sub-env's index and seed."""
+
+    def __init__(self, message: str, *, index: int, seed: int | None) -> None:
+        super().__init__(message)
+        self.index = index
+        self.seed = seed
+
+
+class WorkerDiedError(SubEnvError):
+    """A worker process of a vector env died (killed, crashed, or out of memory)."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the closest choice, or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""

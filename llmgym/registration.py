@@ -1,0 +1,79 @@
+"""Registration of every llmgym environment with Gymnasium.
+
+Entry points are ``"module:Class"`` strings, so registering imports nothing heavy: an env's
+module is imported only when that env is made. Each id also gets a ``vector_entry_point``
+so ``gym.make_vec(id, n)`` returns llmgym's own vector env.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+NAMESPACE = "llmgym"
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One registered id: ``name`` (without namespace), entry point and default kwargs."""
+
+    name: str
+    entry_point: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{NAMESPACE}/{self.name}"
+
+
+class VectorCreator:
+    """Picklable ``vector_entry_point``: builds llmgym's vector env for one id, lazily imported."""
+
+    def __init__(self, env_id: str) -> None:
+        self.env_id = env_id
+
+    def __call__(self, num_envs: int, **kwargs: Any) -> Any:
+        from llmgym.vector import make_vector_env
+
+        return make_vector_env(self.env_id, num_envs=num_envs, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"VectorCreator({self.env_id!r})"
+
+
+_FROZEN_LAKE = "llmgym.envs.frozen_lake:FrozenLakeEnv"
+_SOKOBAN = "llmgym.envs.sokoban.env:SokobanEnv"
+
+ENTRIES: list[EnvEntry] = [
+    # --- FrozenLake
+    EnvEntry("FrozenLake-v0", _FROZEN_LAKE, {"size": 4}),
+    EnvEntry("FrozenLake-8x8-v0", _FROZEN_LAKE, {"size": 8}),
+    EnvEntry("FrozenLake-Slippery-v0", _FROZEN_LAKE, {"size": 4, "success_rate": 0.8}),
+    # --- Sokoban
+    EnvEntry("Sokoban-v0", _SOKOBAN, {"dim_room": (6, 6), "num_boxes": 1}),
+    EnvEntry("Sokoban-8x8-2box-v0", _SOKOBAN, {"dim_room": (8, 8), "num_boxes": 2}),
+    EnvEntry("Sokoban-10x10-3box-v0", _SOKOBAN, {"dim_room": (10, 10), "num_boxes": 3}),
+    # --- math
+    # --- tool use
+    # --- multi-agent games against fixed opponents
+]
+
+
+def register_all() -> None:
+    """Register every entry of :data:`ENTRIES` (idempotent)."""
+    for entry in ENTRIES:
+        if entry.id in gym.registry:
+            continue
+        gym.register(
+            id=entry.id,
+            entry_point=entry.entry_point,
+            vector_entry_point=VectorCreator(entry.id),
+            kwargs=dict(entry.kwargs),
+        )
+
+
+def env_ids() -> list[str]:
+    """Every registered llmgym id, in registration order."""
+    return [entry.id for entry in ENTRIES]
