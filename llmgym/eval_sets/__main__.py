@@ -1,0 +1,3 @@
+from llmgym.eval_sets import main
+
+main()
