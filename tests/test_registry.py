@@ -146,10 +146,11 @@ def test_huge_hostile_actions_are_fast_and_harmless(env_id, action):
     env = gym.make(env_id, render_mode="ansi").unwrapped
     env.reset(seed=1)
     before = env.render()
-    start = time.perf_counter()
+    # CPU time, not wall time: the bound is about the parser's work, not about a busy machine.
+    start = time.process_time()
     observation, reward, _, _, info = env.step(action)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.05, f"{env_id} took {elapsed * 1000:.1f} ms on a 100k-character action"
+    elapsed = time.process_time() - start
+    assert elapsed < 0.03, f"{env_id} took {elapsed * 1000:.1f} ms of CPU on a 100k-character action"
     assert env.observation_space.contains(observation)
     if not info["action_is_valid"]:
         assert env.render() == before

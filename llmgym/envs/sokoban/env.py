@@ -1,0 +1,302 @@
+"""Sokoban as a text environment: push every box onto a target."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, ClassVar, Literal
+
+from llmgym.core import Outcome, TextEnv, level_rng
+from llmgym.envs.sokoban.generator import check_settings, generate_level
+from llmgym.envs.sokoban.level import ACTIONS, Level, PaddedMaze, direction_offsets, parse_xsb
+from llmgym.envs.sokoban.solver import Solver
+from llmgym.error import InvalidOptionError
+from llmgym.parsing import ActionParser
+
+#: Reward of every move, effective or not.
+STEP_PENALTY = -0.1
+#: Reward of pushing a box onto a target (and minus this for pushing one off a target).
+BOX_ON_TARGET = 1.0
+#: Reward added by the move that puts the last box on a target.
+SOLVED_BONUS = 10.0
+#: Solver budget (expanded positions) that ``solve_budget="auto"`` uses for levels of 3+ boxes.
+AUTO_SOLVE_BUDGET = 3000
+
+_NAME_INDEX = {name.lower(): index for index, name in enumerate(ACTIONS)}
+# Observation symbols indexed by (target, box, player) bits; floor is "_" so tokenizers keep it.
+_VIEW_SYMBOLS = tuple(ord(symbol) for symbol in "_.$*@+@+")
+_VIEW_WALLS = bytes.maketrans(b"\x00\x01", b"_#")
+
+
+class SokobanEnv(TextEnv):
+    """Push every box onto a target; the player pushes, never pulls, one box at a time.
+
+    Every reset draws a fresh level from ``np_random`` (room carved by a random walk, then
+    reverse play from the solved position, so every level is solvable and no box starts on a
+    target), and reports the fewest moves that solve it as ``info["optimal_steps"]``.
+
+    ## Action Space
+    Any string (``Text``). The action is the last ``<answer>...</answer>`` in it, holding one of
+    ``Up``, ``Down``, ``Left``, ``Right`` (case-insensitive), or up to ``max_actions_per_turn``
+    of them separated by ``||`` (e.g. ``<answer>Up || Up || Left</answer>``). A known name whose
+    move is blocked (a wall, or a box against a wall or another box) is valid but not effective:
+    the state stays, the step penalty applies. An unknown name, no parseable answer, or too many
+    names make the whole turn invalid: nothing moves and the reward is ``invalid_penalty``.
+
+    ## Observation Space
+    ``Text``: a line of feedback on the last turn, then the board, one row a line, in XSB
+    symbols except floor: ``#`` wall, ``_`` floor, ``.`` target, ``$`` box, ``*`` box on target,
+    ``@`` player, ``+`` player on target.
+
+    ## Rewards
+    Per move in a turn: ``-0.1``; ``+1`` for pushing a box onto a target, ``-1`` for pushing one
+    off; ``+10`` when the last box reaches a target. A turn's reward is the sum over its moves.
+    An invalid turn: ``invalid_penalty`` (default ``-0.1``). ``info["success"]`` is True once
+    every box is on a target, whatever the reward.
+
+    ## Episode End
+    Terminated when every box is on a target, or after ``max_invalid_actions`` invalid turns.
+    Truncated after ``max_turns`` turns (a turn may hold several moves).
+
+    ## Arguments
+    - ``dim_room``: (rows, columns) of generated rooms, walls included; 5 to 32 each. Default (6, 6).
+    - ``num_boxes``: boxes in generated levels, 1 to ``max_boxes(dim_room)`` (3 for 6x6, 5 for 8x8,
+      7 for 10x10; see :func:`~llmgym.envs.sokoban.generator.max_boxes`). Default 1.
+    - ``max_turns``: turns before truncation. Default 100.
+    - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
+    - ``solve_budget``: positions the solver may expand at reset to find ``optimal_steps``;
+      ``None`` solves exactly, ``0`` skips solving, ``"auto"`` (default) is exact for levels of
+      up to 2 boxes and ``AUTO_SOLVE_BUDGET`` for more. ``optimal_steps`` is ``None`` when the
+      budget runs out. :meth:`solution` always solves exactly.
+    - ``invalid_penalty``, ``max_invalid_actions``, ``render_mode``, ``action_parser``: see
+      :class:`llmgym.core.TextEnv`.
+
+    Reset options: ``{"level": xsb}`` plays a given XSB level (Boxoban files included; see
+    :mod:`llmgym.envs.sokoban.level`). ``level()`` returns the episode's starting level as XSB,
+    ``level_xsb()`` the current position, ``solution()`` an optimal plan from it.
+
+    ## Version History
+    - v0: initial release.
+    """
+
+    action_names: ClassVar[tuple[str, ...]] = ACTIONS
+    format_hint = "Put one action (Up, Down, Left or Right) inside <answer>...</answer>."
+
+    def __init__(
+        self,
+        *,
+        dim_room: tuple[int, int] = (6, 6),
+        num_boxes: int = 1,
+        max_turns: int | None = 100,
+        max_actions_per_turn: int = 1,
+        solve_budget: int | None | Literal["auto"] = "auto",
+        invalid_penalty: float = -0.1,
+        max_invalid_actions: int | None = None,
+        render_mode: str | None = None,
+        action_parser: ActionParser | None = None,
+    ) -> None:
+        self.dim_room = check_settings(dim_room, num_boxes)
+        if max_actions_per_turn < 1:
+            raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
+        budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
+        if not (solve_budget is None or solve_budget == "auto" or budget_is_count):
+            raise InvalidOptionError(
+                f'solve_budget must be None (exact), "auto", or an int >= 0 (0 skips solving), '
+                f"got {solve_budget!r}."
+            )
+        super().__init__(
+            render_mode=render_mode,
+            invalid_penalty=invalid_penalty,
+            max_invalid_actions=max_invalid_actions,
+            max_turns=max_turns,
+            action_parser=action_parser,
+        )
+        self.num_boxes = num_boxes
+        self.max_actions_per_turn = max_actions_per_turn
+        self.solve_budget = solve_budget
+        self._system_prompt = _system_prompt(max_actions_per_turn)
+        self._start = Level(1, 1, b"\x01", (), (), 0)  # replaced at reset
+        self._maze = PaddedMaze.of(self._start)
+        self._solver: Solver | None = None
+        self._offsets = direction_offsets(3)
+        self._view: tuple[int, ...] = ()
+        self._is_target = bytearray()
+        self._has_box = bytearray()
+        self._player = 0
+        self._boxes_off_target = 0
+        self._board = bytearray()
+
+    @property
+    def system_prompt(self) -> str:
+        return self._system_prompt
+
+    # ------------------------------------------------------------------ TextEnv hooks
+    def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        info: dict[str, Any] = {}
+        if "level" in options:
+            level = parse_xsb(options["level"])
+        else:
+            level_seed = self._draw_level_seed()
+            level = generate_level(level_rng(level_seed), self.dim_room, self.num_boxes)
+            info["seed"] = level_seed
+        self._load(level)
+        info["optimal_steps"] = self._optimal_steps(len(level.boxes))
+        return f"Push every box onto a target.\n{self._board.decode()}", info
+
+    def _apply(self, action: str) -> Outcome:
+        steps = self._read_moves(action)
+        if isinstance(steps, str):
+            feedback = f"Invalid action: {steps} State unchanged.\n{self._board.decode()}"
+            return Outcome(feedback, valid=False, effective=False)
+        reward = 0.0
+        effective = False
+        feedback = []
+        for name, step in steps:
+            move_reward, message, moved = self._move(step)
+            reward += move_reward
+            effective = effective or moved
+            feedback.append(f"{name}: {message}" if len(steps) > 1 else message)
+            if not self._boxes_off_target:
+                reward += SOLVED_BONUS
+                feedback.append("Every box is on a target: solved!")
+                break
+        solved = not self._boxes_off_target
+        observation = f"{' '.join(feedback)}\n{self._board.decode()}"
+        return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
+
+    def _observe(self) -> str:
+        return self._board.decode()
+
+    # ------------------------------------------------------------------ level access
+    def level(self) -> str:
+        """The episode's starting level as XSB text."""
+        return self._start.xsb()
+
+    def level_xsb(self) -> str:
+        """The current position as XSB text (what ``reset(options={"level": ...})`` takes)."""
+        return self._current().xsb()
+
+    def solution(self) -> list[str] | None:
+        """Action names of a fewest-moves solution from the current position (exact, no budget)."""
+        boxes = [cell for cell, box in enumerate(self._has_box) if box]
+        return self._get_solver().plan(self._player, boxes)
+
+    # ------------------------------------------------------------------ internals
+    def _load(self, level: Level) -> None:
+        self._start = level
+        self._maze = maze = PaddedMaze.of(level)
+        self._solver = None
+        self._offsets = direction_offsets(maze.padded_width)
+        self._view = _view_indices(level.height, level.width)
+        self._is_target = bytearray(len(maze.walls))
+        self._has_box = bytearray(len(maze.walls))
+        for cell in maze.targets:
+            self._is_target[cell] = 1
+        for cell in level.boxes:
+            self._has_box[maze.pad(cell)] = 1
+        self._player = maze.pad(level.player)
+        self._boxes_off_target = len(set(level.boxes) - set(level.targets))
+        walls, width = level.walls, level.width
+        rows = (walls[start : start + width].translate(_VIEW_WALLS) for start in range(0, len(walls), width))
+        self._board = bytearray(b"\n".join(rows))
+        for cell in maze.targets:
+            self._paint(cell)
+        for cell in level.boxes:
+            self._paint(maze.pad(cell))
+        self._paint(self._player)
+
+    def _optimal_steps(self, num_boxes: int) -> int | None:
+        budget = self.solve_budget
+        if budget == "auto":
+            budget = None if num_boxes <= 2 else AUTO_SOLVE_BUDGET
+        if budget == 0:
+            return None
+        boxes = [cell for cell, box in enumerate(self._has_box) if box]
+        return self._get_solver().optimal_steps(self._player, boxes, budget)
+
+    def _get_solver(self) -> Solver:
+        if self._solver is None:
+            self._solver = Solver(self._maze)
+        return self._solver
+
+    def _read_moves(self, action: str) -> list[tuple[str, int]] | str:
+        """The (name, cell step) of each move in ``action``, or why the turn is invalid."""
+        names = action.split("||") if "||" in action else (action,)
+        if len(names) > self.max_actions_per_turn:
+            return f"at most {self.max_actions_per_turn} action(s) per turn, got {len(names)}."
+        moves = []
+        for name in names:
+            index = _NAME_INDEX.get(name.strip().lower())
+            if index is None:
+                return f"{name.strip()[:40]!r} is not an action; use Up, Down, Left or Right."
+            moves.append((ACTIONS[index], self._offsets[index]))
+        return moves
+
+    def _move(self, step: int) -> tuple[float, str, bool]:
+        """Play one move; return its reward, feedback, and whether anything moved."""
+        player, has_box = self._player, self._has_box
+        ahead = player + step
+        if self._maze.walls[ahead]:
+            return STEP_PENALTY, _BLOCKED_BY_WALL, False
+        reward, message = STEP_PENALTY, _MOVED
+        if has_box[ahead]:
+            beyond = ahead + step
+            if self._maze.walls[beyond] or has_box[beyond]:
+                return STEP_PENALTY, _BLOCKED_BOX, False
+            has_box[ahead], has_box[beyond] = 0, 1
+            onto, off = self._is_target[beyond], self._is_target[ahead]
+            self._boxes_off_target += off - onto
+            reward += BOX_ON_TARGET * (onto - off)
+            message = _PUSH_MESSAGES[onto - off]
+            self._paint(beyond)
+        self._player = ahead
+        self._paint(player)
+        self._paint(ahead)
+        return reward, message, True
+
+    def _paint(self, cell: int) -> None:
+        """Redraw ``cell`` (a padded index) on the observation board."""
+        symbol = self._is_target[cell] | self._has_box[cell] << 1 | (cell == self._player) << 2
+        self._board[self._view[cell]] = _VIEW_SYMBOLS[symbol]
+
+    def _current(self) -> Level:
+        maze = self._maze
+        boxes = tuple(maze.unpad(cell) for cell, box in enumerate(self._has_box) if box)
+        start = self._start
+        return Level(start.height, start.width, start.walls, start.targets, boxes, maze.unpad(self._player))
+
+
+_MOVED = "You moved."
+_BLOCKED_BY_WALL = "You walked into a wall: state unchanged."
+_BLOCKED_BOX = "The box cannot move there (wall or box behind it): state unchanged."
+_PUSH_MESSAGES = {  # by (onto a target) - (off a target)
+    0: "You pushed a box.",
+    1: "You pushed a box onto a target.",
+    -1: "You pushed a box off a target.",
+}
+
+
+@functools.cache
+def _view_indices(height: int, width: int) -> tuple[int, ...]:
+    """For each padded cell of a ``height`` x ``width`` level, its index on the text board (-1: the ring)."""
+    padded_width = width + 2
+    view = [-1] * ((height + 2) * padded_width)
+    for row in range(height):
+        for column in range(width):
+            view[(row + 1) * padded_width + column + 1] = row * (width + 1) + column
+    return tuple(view)
+
+
+def _system_prompt(max_actions_per_turn: int) -> str:
+    several = (
+        f" You may give up to {max_actions_per_turn} actions in one turn, separated by ||,"
+        " for example <answer>Up || Left</answer>."
+        if max_actions_per_turn > 1
+        else ""
+    )
+    return (
+        "You are solving a Sokoban puzzle. Push every box onto a target. You move one cell at a time: "
+        "Up, Down, Left or Right. Walking into a box pushes it one cell further, if that cell is free; "
+        "you cannot pull boxes or push two at once, so avoid pushing a box into a corner. "
+        "Board symbols: # wall, _ floor, . target, $ box, * box on target, @ you, + you on a target."
+        f"{several} Answer with your action inside <answer>...</answer>, for example <answer>Up</answer>."
+    )

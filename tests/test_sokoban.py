@@ -1,0 +1,370 @@
+"""Sokoban: XSB levels, the generator, the exact solver, and the env's rules and rewards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import llmgym  # noqa: F401  (registers the ids)
+from llmgym.envs.sokoban.env import BOX_ON_TARGET, SOLVED_BONUS, STEP_PENALTY, SokobanEnv
+from llmgym.envs.sokoban.generator import MIN_SINGLE_BOX_MOVES, generate_level, max_boxes
+from llmgym.envs.sokoban.level import PaddedMaze, parse_xsb
+from llmgym.envs.sokoban.solver import optimal_steps, solve
+from llmgym.error import InvalidOptionError, LevelFormatError, UnknownOptionError
+
+SOKOBAN_IDS = [env_id for env_id in llmgym.env_ids() if "/Sokoban" in env_id]
+
+
+def brute_force_steps(xsb: str) -> int | None:
+    """Fewest moves by plain breadth-first search over (player, boxes): the oracle for the solver."""
+    level = parse_xsb(xsb)
+    maze = PaddedMaze.of(level)
+    width = maze.padded_width
+    start = (maze.pad(level.player), frozenset(maze.pad(box) for box in level.boxes))
+    goal = frozenset(maze.targets)
+    seen, layer, moves = {start}, [start], 0
+    while layer:
+        following = []
+        for player, boxes in layer:
+            if boxes == goal:
+                return moves
+            for step in (-width, width, -1, 1):
+                ahead = player + step
+                if maze.walls[ahead]:
+                    continue
+                if ahead in boxes:
+                    beyond = ahead + step
+                    if maze.walls[beyond] or beyond in boxes:
+                        continue
+                    state = (ahead, (boxes - {ahead}) | {beyond})
+                else:
+                    state = (ahead, boxes)
+                if state not in seen:
+                    seen.add(state)
+                    following.append(state)
+        layer, moves = following, moves + 1
+    return None
+
+
+def play(env: SokobanEnv, actions: list[str]) -> tuple[float, bool]:
+    total, terminated = 0.0, False
+    for action in actions:
+        _, reward, terminated, _, info = env.step(f"<answer>{action}</answer>")
+        total += float(reward)
+        assert info["action_is_valid"]
+    return total, terminated
+
+
+# Hand-made levels and their optimum, worked out by hand:
+HAND_LEVELS = {
+    # one push
+    "#####\n#@$.#\n#####": 1,
+    # one step, one push
+    "######\n#@ $.#\n######": 2,
+    # the box goes down then right (or right then down): 2 pushes, and the player changes
+    # sides once through a 2-move detour: Right, Down*, Left, Down, Right* = 5
+    "#####\n#@  #\n# $ #\n#  .#\n#####": 5,
+    # two boxes either side: push left first (1), walk back 2, push right (1) = 4;
+    # right first costs 1 + 1 + 2 + 1 = 5
+    "########\n#.$@ $.#\n########": 4,
+    # already solved
+    "####\n#@*#\n####": 0,
+}
+
+
+@pytest.mark.parametrize("xsb, expected", list(HAND_LEVELS.items()))
+def test_solver_length_equals_the_known_optimum_on_hand_made_levels(xsb, expected):
+    assert brute_force_steps(xsb) == expected
+    assert optimal_steps(parse_xsb(xsb)) == expected
+    plan = solve(parse_xsb(xsb))
+    assert plan is not None and len(plan) == expected
+    env = SokobanEnv()
+    env.reset(options={"level": xsb})
+    if expected:
+        assert play(env, plan)[1]
+
+
+def test_unsolvable_levels_give_none():
+    # two boxes in a row in a corridor can never be separated
+    assert optimal_steps(parse_xsb("#######\n#@$$..#\n#######")) is None
+    # a box in a corner off target
+    assert solve(parse_xsb("#####\n#$  #\n# @.#\n#####")) is None
+
+
+@pytest.mark.parametrize("dim_room, num_boxes, count", [((6, 6), 1, 40), ((7, 7), 2, 25), ((8, 8), 2, 15)])
+def test_solver_matches_brute_force_on_generated_levels(dim_room, num_boxes, count):
+    for seed in range(count):
+        level = generate_level(np.random.default_rng(seed), dim_room, num_boxes)
+        assert optimal_steps(level) == brute_force_steps(level.xsb()), level.xsb()
+
+
+def test_solver_budget_exhaustion_returns_none():
+    level = generate_level(np.random.default_rng(3), (10, 10), 3)
+    assert optimal_steps(level, budget=1) is None
+    assert optimal_steps(level) is not None
+
+
+@pytest.mark.parametrize(
+    "dim_room, num_boxes", [((6, 6), 1), ((8, 8), 2), ((10, 10), 3), ((7, 12), 4), ((5, 5), 1), ((6, 6), 3)]
+)
+def test_generated_levels_are_well_formed_and_nontrivial(dim_room, num_boxes):
+    for seed in range(30):
+        level = generate_level(np.random.default_rng(seed), dim_room, num_boxes)
+        assert (level.height, level.width) == dim_room
+        assert len(level.boxes) == len(level.targets) == num_boxes
+        assert not set(level.boxes) & set(level.targets), "no box may start on a target"
+        assert all(level.walls[cell] for cell in range(level.width))  # closed by walls
+        assert parse_xsb(level.xsb()) == level
+        if dim_room == (6, 6) and num_boxes == 1:  # the exhaustive reverse search's promise
+            assert optimal_steps(level) >= MIN_SINGLE_BOX_MOVES
+
+
+def test_generator_is_a_pure_function_of_the_rng():
+    first = generate_level(np.random.default_rng(42), (8, 8), 2)
+    assert generate_level(np.random.default_rng(42), (8, 8), 2) == first
+    assert generate_level(np.random.default_rng(43), (8, 8), 2) != first
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dim_room": (2, 2)}, "between 5x5 and 32x32"),
+        ({"dim_room": (4, 9)}, "at least a 3x3 floor area"),
+        ({"dim_room": (6, 6), "num_boxes": 4}, "between 1 and 3 for a 6x6 room"),
+        ({"num_boxes": 0}, "num_boxes must be between 1"),
+        ({"dim_room": "big"}, "pair of ints"),
+        ({"max_actions_per_turn": 0}, "max_actions_per_turn must be >= 1"),
+        ({"solve_budget": -5}, "solve_budget must be None"),
+    ],
+)
+def test_impossible_settings_raise_value_errors_naming_the_limit(kwargs, message):
+    with pytest.raises(InvalidOptionError, match=message) as caught:
+        gym.make("llmgym/Sokoban-v0", **kwargs)
+    assert isinstance(caught.value, ValueError)
+    assert max_boxes((6, 6)) == 3  # the limit the message above names
+
+
+def test_unknown_constructor_option_raises_type_error_with_suggestion():
+    with pytest.raises(UnknownOptionError, match="Did you mean 'num_boxes'") as caught:
+        gym.make("llmgym/Sokoban-v0", num_box=2)
+    assert isinstance(caught.value, TypeError)
+
+
+# ---------------------------------------------------------------------- XSB levels
+BOXOBAN_LEVEL = """; 17
+##########
+##########
+####   ###
+#### $ .##
+###  @ $ #
+### #  . #
+###      #
+##########
+##########
+##########"""
+
+
+def test_reset_with_a_level_round_trips_through_level_xsb():
+    env = SokobanEnv()
+    for xsb in [*HAND_LEVELS, "  ####\n###  #\n#@$ .#\n#    #\n######", "#####\n#+$ #\n# * #\n#$. #\n#####"]:
+        observation, info = env.reset(options={"level": xsb})
+        assert env.level_xsb() == xsb
+        assert env.level() == xsb
+        assert info["optimal_steps"] == brute_force_steps(xsb)
+        assert "seed" not in info
+
+
+def test_boxoban_format_levels_play():
+    env = SokobanEnv()
+    observation, info = env.reset(options={"level": BOXOBAN_LEVEL})
+    assert env.level_xsb() == BOXOBAN_LEVEL.split("\n", 1)[1]
+    assert "#### $ .##" in env.level_xsb()
+    assert "####_$_.##" in observation
+    assert play(env, env.solution())[1]
+    assert info["optimal_steps"] == len(solve(parse_xsb(BOXOBAN_LEVEL)))
+
+
+def test_floor_aliases_are_read_as_floor():
+    assert parse_xsb("#####\n#@$.#\n#-_ #\n#####") == parse_xsb("#####\n#@$.#\n#   #\n#####")
+
+
+@pytest.mark.parametrize(
+    "xsb, message",
+    [
+        ("#####\n#@$.#\n#x  #\n#####", r"Line 3, column 2: unexpected symbol 'x'"),
+        ("#####\n#@$.#\n#3# #\n#####", "run-length encoded"),
+        ("#####\n# $.#\n#####", "exactly one player .*got 0"),
+        ("#####\n#@$.#\n#@  #\n#####", "exactly one player .*got 2 at line 2 column 2, line 3 column 2"),
+        ("######\n#@$$.#\n######", "as many boxes .*got 2 boxes and 1 targets"),
+        ("#####\n#@ .#\n#####", "got 0 boxes and 1 targets"),
+        ("\n\n; only a comment\n", "empty"),
+        (["#####"], "XSB text"),
+    ],
+)
+def test_bad_levels_raise_level_format_errors(xsb, message):
+    env = SokobanEnv()
+    with pytest.raises(LevelFormatError, match=message):
+        env.reset(options={"level": xsb})
+
+
+# ---------------------------------------------------------------------- actions and rewards
+CORRIDOR = "######\n#@ $.#\n######"
+
+
+def test_moves_and_final_push_rewards():
+    env = SokobanEnv()
+    env.reset(options={"level": CORRIDOR})
+    observation, reward, terminated, truncated, info = env.step("<answer>right</answer>")
+    assert reward == pytest.approx(STEP_PENALTY)
+    assert (terminated, truncated, info["success"]) == (False, False, False)
+    assert info["action_is_effective"]
+    assert info["parsed_action"] == "right"
+    observation, reward, terminated, _, info = env.step("<answer> RIGHT </answer>")
+    assert reward == pytest.approx(STEP_PENALTY + BOX_ON_TARGET + SOLVED_BONUS)
+    assert terminated and info["success"]
+    assert "onto a target" in observation and "#__@*#" in observation
+
+
+def test_pushing_a_box_off_a_target_costs_a_point():
+    env = SokobanEnv()
+    env.reset(options={"level": "#######\n#@*   #\n#   $.#\n#######"})
+    _, reward, terminated, _, info = env.step("<answer>Right</answer>")
+    assert reward == pytest.approx(STEP_PENALTY - BOX_ON_TARGET)
+    assert not terminated and info["action_is_effective"]
+    assert env.level_xsb() == "#######\n# +$  #\n#   $.#\n#######"
+
+
+def test_blocked_moves_are_valid_but_ineffective():
+    env = SokobanEnv()
+    env.reset(options={"level": "######\n#@$$.#\n#   .#\n######"})
+    before = env.level_xsb()
+    for action, feedback in [("Up", "wall"), ("Left", "wall"), ("Right", "cannot move")]:
+        observation, reward, terminated, _, info = env.step(f"<answer>{action}</answer>")
+        assert info["action_is_valid"] and not info["action_is_effective"]
+        assert reward == pytest.approx(STEP_PENALTY) and not terminated
+        assert feedback in observation
+        assert env.level_xsb() == before
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "<answer>Jump</answer>",
+        "Up",
+        "<answer></answer>",
+        "<answer>Up || Left</answer>",
+        "<answer>Upp</answer>",
+    ],
+)
+def test_invalid_actions_change_nothing_and_cost_the_invalid_penalty(completion):
+    env = SokobanEnv(invalid_penalty=-0.5)
+    env.reset(options={"level": CORRIDOR})
+    before, board = env.level_xsb(), env._observe()
+    observation, reward, terminated, truncated, info = env.step(completion)
+    assert reward == -0.5
+    assert not info["action_is_valid"] and not info["action_is_effective"]
+    assert (terminated, truncated) == (False, False)
+    assert env.level_xsb() == before and env._observe() == board
+    assert "Invalid action" in observation and board in observation
+
+
+def test_several_actions_per_turn():
+    env = SokobanEnv(max_actions_per_turn=3)
+    assert "up to 3 actions" in env.reset(options={"level": CORRIDOR})[1]["system_prompt"]
+    before = env.level_xsb()
+    _, reward, _, _, info = env.step("<answer>Right || Jump</answer>")  # one unknown name: nothing moves
+    assert not info["action_is_valid"] and env.level_xsb() == before and reward == env.invalid_penalty
+    _, _, _, _, info = env.step("<answer>Up||Up||Up||Up</answer>")  # too many
+    assert not info["action_is_valid"] and env.level_xsb() == before
+    observation, reward, terminated, _, info = env.step("<answer>Up || Right || Right</answer>")
+    assert info["action_is_valid"] and info["action_is_effective"] and terminated and info["success"]
+    assert reward == pytest.approx(3 * STEP_PENALTY + BOX_ON_TARGET + SOLVED_BONUS)
+    assert observation.startswith("Up: You walked into a wall")
+    assert info["turn"] == 3
+
+
+def test_moves_after_the_solving_one_are_not_played():
+    env = SokobanEnv(max_actions_per_turn=3)
+    env.reset(options={"level": "#####\n#@$.#\n#####"})
+    _, reward, terminated, _, _ = env.step("<answer>Right || Left || Left</answer>")
+    assert terminated and reward == pytest.approx(STEP_PENALTY + BOX_ON_TARGET + SOLVED_BONUS)
+    assert env.level_xsb() == "#####\n# @*#\n#####"
+
+
+def test_turn_limit_truncates():
+    env = SokobanEnv(max_turns=2)
+    env.reset(options={"level": CORRIDOR})
+    assert env.step("<answer>Left</answer>")[3] is False
+    _, _, terminated, truncated, _ = env.step("<answer>Left</answer>")
+    assert truncated and not terminated
+
+
+def test_solution_is_from_the_current_position():
+    env = SokobanEnv()
+    env.reset(options={"level": "#######\n#@ $ .#\n#######"})
+    assert env.solution() == ["Right", "Right", "Right"]
+    env.step("<answer>Right</answer>")
+    assert env.solution() == ["Right", "Right"]
+
+
+def test_observation_shows_the_board_with_underscore_floor():
+    env = SokobanEnv()
+    observation, info = env.reset(options={"level": "#####\n#+$ #\n# * #\n#$. #\n#####"})
+    assert observation.splitlines()[1:] == ["#####", "#+$_#", "#_*_#", "#$._#", "#####"]
+    assert "_ floor" in info["system_prompt"] and "<answer>" in info["system_prompt"]
+    assert env.render() is None
+    assert SokobanEnv(render_mode="ansi").render() == ""
+
+
+# ---------------------------------------------------------------------- seeding
+def test_reset_reports_seed_and_optimal_steps_and_replays_from_the_seed():
+    env = gym.make("llmgym/Sokoban-8x8-2box-v0").unwrapped
+    _, info = env.reset(seed=5)
+    level, steps = env.level(), info["optimal_steps"]
+    assert isinstance(info["seed"], int) and steps == len(env.solution())
+    regenerated = generate_level(np.random.Generator(np.random.PCG64(info["seed"])), (8, 8), 2)
+    assert regenerated.xsb() == level
+
+
+def test_solve_budget_options():
+    assert gym.make("llmgym/Sokoban-v0", solve_budget=0).unwrapped.reset(seed=1)[1]["optimal_steps"] is None
+    exact = gym.make("llmgym/Sokoban-10x10-3box-v0", solve_budget=None).unwrapped
+    budgeted = gym.make("llmgym/Sokoban-10x10-3box-v0", solve_budget=1).unwrapped
+    assert exact.reset(seed=2)[1]["optimal_steps"] == len(exact.solution())
+    assert budgeted.reset(seed=2)[1]["optimal_steps"] is None
+    assert budgeted.solution() == exact.solution()
+
+
+_LEVELS_OF_SEED = """
+import json, sys
+import gymnasium as gym
+import llmgym
+levels = []
+for env_id in sys.argv[1:]:
+    env = gym.make(env_id).unwrapped
+    _, info = env.reset(seed=2026)
+    levels.append([env.level(), info["seed"], info["optimal_steps"]])
+print(json.dumps(levels))
+"""
+
+
+def test_same_seed_gives_the_same_level_in_two_processes():
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", _LEVELS_OF_SEED, *SOKOBAN_IDS], capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(2)
+    ]
+    assert outputs[0] == outputs[1]
+    here = []
+    for env_id in SOKOBAN_IDS:
+        env = gym.make(env_id).unwrapped
+        _, info = env.reset(seed=2026)
+        here.append([env.level(), info["seed"], info["optimal_steps"]])
+    assert json.loads(outputs[0]) == here
+    assert len({level for level, _, _ in here}) == len(SOKOBAN_IDS)
