@@ -56,8 +56,25 @@ ENTRIES: list[EnvEntry] = [
     EnvEntry("Sokoban-8x8-2box-v0", _SOKOBAN, {"dim_room": (8, 8), "num_boxes": 2}),
     EnvEntry("Sokoban-10x10-3box-v0", _SOKOBAN, {"dim_room": (10, 10), "num_boxes": 3}),
     # --- math
+    EnvEntry("Math-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "medium"}),
+    EnvEntry("Math-Easy-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "easy"}),
+    EnvEntry("Math-Hard-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "hard"}),
+    EnvEntry("MathMultiTurn-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "medium", "max_attempts": 3}),
+    EnvEntry("MathDataset-v0", "llmgym.envs.math.dataset:MathDatasetEnv"),
     # --- tool use
+    EnvEntry("ToolUse-v0", "llmgym.envs.tool_use.env:ToolUseEnv", {"task": "mixed"}),
+    EnvEntry("ToolUse-Calculator-v0", "llmgym.envs.tool_use.env:ToolUseEnv", {"task": "calculator"}),
+    EnvEntry("ToolUse-Python-v0", "llmgym.envs.tool_use.env:ToolUseEnv", {"task": "python"}),
+    EnvEntry("ToolUse-Search-v0", "llmgym.envs.tool_use.env:ToolUseEnv", {"task": "search"}),
     # --- multi-agent games against fixed opponents
+    EnvEntry("TicTacToe-vs-minimax-v0", "llmgym.multiagent.versus:VersusEnv",
+             {"game": "TicTacToe", "opponent": "minimax", "success_on": "win_or_draw"}),
+    EnvEntry("TicTacToe-vs-random-v0", "llmgym.multiagent.versus:VersusEnv",
+             {"game": "TicTacToe", "opponent": "random"}),
+    EnvEntry("ConnectFour-vs-minimax-v0", "llmgym.multiagent.versus:VersusEnv",
+             {"game": "ConnectFour", "opponent": "minimax", "minimax_depth": 4, "opening_plies": 2}),
+    EnvEntry("PrisonersDilemma-vs-titfortat-v0",
+             "llmgym.multiagent.prisoners_dilemma:PrisonersDilemmaVersusEnv", {"opponent": "titfortat"}),
 ]
 
 

@@ -1,0 +1,167 @@
+"""Math environments: one answer per problem, or several attempts with feedback."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from llmgym.core import Outcome, TextEnv, level_rng
+from llmgym.envs.math.problems import (
+    DIFFICULTIES,
+    PROBLEM_KINDS,
+    Difficulty,
+    Problem,
+    ProblemKind,
+    generate_problem,
+)
+from llmgym.envs.math.verify import AnswerVerifier, default_verifier
+from llmgym.error import InvalidOptionError, did_you_mean
+from llmgym.parsing import extract_answer_or_boxed
+
+#: The feedback after a wrong answer when attempts are left.
+WRONG_TRY_AGAIN = "Unfortunately your answer is wrong. Let's try again."
+#: The feedback after a wrong answer on the last attempt.
+WRONG_FINAL = "Unfortunately your answer is wrong. No attempts are left."
+#: The feedback after a correct answer.
+CORRECT = "Congratulations! Your answer is correct."
+
+_ANSWER_FORMAT = "Put your final answer inside <answer>...</answer> or \\boxed{...}."
+
+
+class MathEnv(TextEnv):
+    """Solve a math problem; answer in ``<answer>...</answer>`` or ``\\boxed{...}``.
+
+    Problems are generated from ``np_random`` (see :mod:`llmgym.envs.math.problems`):
+    arithmetic, fractions, linear equations and word problems, each with an exact answer.
+    Answers are checked by :class:`~llmgym.envs.math.verify.AnswerVerifier`: exact numbers
+    compare exactly, other forms go to math-verify in a worker with a hard timeout.
+
+    Action Space:
+        Any string; the last ``<answer>`` (or, without one, the last ``\\boxed{}``) is the answer.
+
+    Observation Space:
+        ``Text``: the problem first; after each answer, the verdict.
+
+    Rewards:
+        On a correct answer ``turn_discount ** (attempt - 1)``: 1 on the first attempt. A
+        wrong answer gives 0. A completion with no answer in it gives ``format_penalty``
+        (default -0.1) and uses up an attempt.
+
+    Episode End:
+        ``terminated`` on a correct answer, and when the attempts are used up by wrong or
+        missing answers: with one attempt (``llmgym/Math-v0``) the episode always ends after the
+        first step with ``terminated=True, truncated=False``. With more attempts, running out
+        of them on wrong answers is ``truncated`` (the turn limit), as Gymnasium's convention for limits.
+
+    Arguments:
+        difficulty: ``"easy"``, ``"medium"`` or ``"hard"`` (also a reset option).
+        kinds: the problem kinds to draw from (default: all four).
+        max_attempts: answers allowed; after a wrong one the agent is told
+            ``"Unfortunately your answer is wrong. Let's try again."``.
+        turn_discount: reward factor per extra attempt (1.0: no discount).
+        format_penalty: reward of a completion with no answer in it.
+        verifier: answer checker; default one shared per process.
+        render_mode: ``None`` or ``"ansi"``.
+
+    Reset options: ``level`` (a problem dict, as :meth:`level` returns), ``difficulty``.
+
+    Version History:
+        * v0: initial version.
+    """
+
+    reset_options: ClassVar[frozenset[str]] = frozenset({"level", "difficulty"})
+    format_hint: ClassVar[str] = _ANSWER_FORMAT
+
+    def __init__(
+        self,
+        *,
+        difficulty: Difficulty = "medium",
+        kinds: tuple[ProblemKind, ...] | None = None,
+        max_attempts: int = 1,
+        turn_discount: float = 1.0,
+        format_penalty: float = -0.1,
+        verifier: AnswerVerifier | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise InvalidOptionError(f"max_attempts must be >= 1, got {max_attempts}.")
+        if not 0.0 < turn_discount <= 1.0:
+            raise InvalidOptionError(f"turn_discount must be in (0, 1], got {turn_discount}.")
+        super().__init__(
+            render_mode=render_mode,
+            invalid_penalty=format_penalty,
+            max_invalid_actions=1 if max_attempts == 1 else None,
+            max_turns=max_attempts,
+            action_parser=extract_answer_or_boxed,
+        )
+        self.difficulty = _check_difficulty(difficulty)
+        self.kinds = _check_kinds(kinds)
+        self.max_attempts = max_attempts
+        self.turn_discount = float(turn_discount)
+        self.verifier = verifier
+        self._problem = Problem("", "")
+
+    @property
+    def system_prompt(self) -> str:
+        attempts = "" if self.max_attempts == 1 else f" You have {self.max_attempts} attempts."
+        return (f"You are a careful mathematician. Solve the problem step by step, then give the final "
+                f"answer as an exact number.{attempts} {_ANSWER_FORMAT}")
+
+    def level(self) -> dict[str, str]:
+        return self._problem.as_level()
+
+    def solution(self) -> list[str]:
+        """The reference answer, as the parser would return it."""
+        return [self._problem.answer]
+
+    # ------------------------------------------------------------------ TextEnv hooks
+    def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        info: dict[str, Any] = {}
+        if "level" in options:
+            self._problem = Problem.from_level(options["level"])
+            info["level_id"] = "custom"
+        else:
+            self._problem, info = self._draw_problem(options)
+        info.update(kind=self._problem.kind, difficulty=self._problem.difficulty, optimal_steps=1)
+        return self._observe(), info
+
+    def _draw_problem(self, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
+        """A new problem from ``np_random`` and its reset ``info`` (the level seed)."""
+        difficulty = _check_difficulty(options.get("difficulty", self.difficulty))
+        seed = self._draw_level_seed()
+        return generate_problem(level_rng(seed), difficulty, self.kinds), {"seed": seed}
+
+    def _apply(self, action: str) -> Outcome:
+        verdict = (self.verifier or default_verifier()).verify(self._problem.answer, action)
+        info = {"verification": verdict.source}
+        if verdict.correct:
+            reward = self.turn_discount**self._turn
+            return Outcome(CORRECT, reward=reward, terminated=True, success=True, info=info)
+        if self.max_attempts == 1:
+            return Outcome("Your answer is wrong.", terminated=True, info=info)
+        last = self._turn + 1 >= self.max_attempts
+        return Outcome(WRONG_FINAL if last else WRONG_TRY_AGAIN, info=info)
+
+    def _observe(self) -> str:
+        return f"{self._problem.question}\n\n{_ANSWER_FORMAT}"
+
+
+def _check_difficulty(difficulty: Any) -> Difficulty:
+    if difficulty not in DIFFICULTIES:
+        raise InvalidOptionError(
+            f"difficulty must be one of {', '.join(DIFFICULTIES)}, got {difficulty!r}."
+            f"{did_you_mean(str(difficulty), DIFFICULTIES)}"
+        )
+    return difficulty
+
+
+def _check_kinds(kinds: tuple[ProblemKind, ...] | None) -> tuple[ProblemKind, ...]:
+    if kinds is None:
+        return PROBLEM_KINDS
+    kinds = tuple(kinds)
+    unknown = [kind for kind in kinds if kind not in PROBLEM_KINDS]
+    if unknown or not kinds:
+        raise InvalidOptionError(
+            f"kinds must be a non-empty tuple of {', '.join(PROBLEM_KINDS)}; got {kinds!r}."
+            f"{did_you_mean(str(unknown[0]), PROBLEM_KINDS) if unknown else ''}"
+        )
+    return kinds

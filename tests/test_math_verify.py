@@ -1,0 +1,155 @@
+"""Answer verification never hangs and never lies: hostile answers, threads, both backends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from llmgym.envs.math import MathEnv
+from llmgym.envs.math.verify import AnswerVerifier, fast_verdict, parse_number
+from llmgym.error import InvalidOptionError
+
+TIMEOUT = 2.0
+#: Time allowed beyond the timeout to kill and reap a stuck worker on a loaded 2-core machine.
+SLACK = 1.5
+
+
+@pytest.fixture(scope="module", params=["math_verify", "sympy"])
+def verifier(request):
+    if request.param == "math_verify":
+        pytest.importorskip("math_verify")
+    pytest.importorskip("sympy")
+    checker = AnswerVerifier(timeout=TIMEOUT, backend=request.param, workers=2)
+    checker.warm_up()
+    yield checker
+    checker.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """A warm two-worker verifier shared by the tests that use threads."""
+    checker = AnswerVerifier(timeout=TIMEOUT, workers=2)
+    checker.warm_up()
+    yield checker
+    checker.close()
+
+
+def test_fast_path_reads_plain_numbers_exactly():
+    assert parse_number("\\frac{-3}{4}") == parse_number("-\\frac{3}{4}") == parse_number("-0.75")
+    assert parse_number("$1,000$") == 1000 and parse_number("x=7.") == 7
+    assert parse_number("1/0") is None and parse_number("2^3") is None and parse_number("1" * 300) is None
+    assert fast_verdict("1/3", "0.3333333") is False  # decimals count at face value
+    assert fast_verdict("8", "2^3") is None  # needs the worker
+
+
+@pytest.mark.parametrize(("gold", "answer"), [
+    ("8", "2^3"), ("2", "\\sqrt{4}"), ("1/2", "\\frac{2}{4}"), ("3/4", "\\frac{3}{4}"), ("5", "\\boxed{5}"),
+    ("1/2", "2^{-1}"), ("6", "2 \\cdot 3"),
+])
+def test_equivalent_forms_that_need_the_worker_count(verifier, gold, answer):
+    verdict = verifier.verify(gold, answer)
+    assert verdict.correct, verdict
+
+
+@pytest.mark.parametrize(("gold", "answer"),
+                         [("8", "2^4"), ("2", "\\sqrt{5}"), ("1/2", "\\frac{2}{5}"), ("6", "2 \\cdot 4")])
+def test_wrong_forms_that_need_the_worker_are_wrong(verifier, gold, answer):
+    assert not verifier.verify(gold, answer).correct
+
+
+HOSTILE = {
+    "tower-boxed": "\\boxed{9^{9^{9^{9}}}}",
+    "tower-bare": "9^{9^{9^{9}}}",
+    "nested-frac": "\\frac{" * 60 + "1" + "}{2}" * 60,
+    "nested-parens": "(" * 300 + "3" + ")" * 300,
+    "factorial": "(10^{10})!",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_answers_are_wrong_within_the_timeout_and_the_verifier_still_works(verifier, name):
+    start = time.monotonic()
+    verdict = verifier.verify("3", HOSTILE[name])
+    elapsed = time.monotonic() - start
+    assert not verdict.correct and verdict.source in ("worker", "timeout", "error"), verdict
+    assert elapsed < TIMEOUT + SLACK, f"{name} took {elapsed:.1f} s"
+    assert verifier.verify("8", "2^3").correct
+
+
+def test_ten_megabyte_answers_are_wrong_at_once():
+    verifier = AnswerVerifier(timeout=TIMEOUT)
+    start = time.monotonic()
+    verdict = verifier.verify("3", "1" * 10_000_000)
+    assert (verdict.correct, verdict.source) == (False, "too_long")
+    assert time.monotonic() - start < 0.5
+
+
+def test_ten_megabyte_answers_past_a_raised_cap_still_end_within_the_timeout():
+    verifier = AnswerVerifier(timeout=TIMEOUT, max_answer_chars=20_000_000, workers=1)
+    verifier.warm_up()
+    try:
+        start = time.monotonic()
+        verdict = verifier.verify("3", "\\frac{1}{" * 1_000_000 + "x")
+        assert not verdict.correct, verdict
+        assert time.monotonic() - start < TIMEOUT + SLACK + 1.0  # plus writing 10 MB down the pipe
+        assert verifier.verify("8", "2^3").correct
+    finally:
+        verifier.close()
+
+
+def test_timeouts_hold_off_the_main_thread(pool):
+    """math-verify's own SIGALRM timeouts do nothing off the main thread; the worker's do."""
+    results: dict[str, object] = {}
+
+    def check(name: str, answer: str) -> None:
+        start = time.monotonic()
+        results[name] = (pool.verify("3", answer), time.monotonic() - start)
+
+    threads = [threading.Thread(target=check, args=("tower", HOSTILE["tower-boxed"])),
+               threading.Thread(target=check, args=("good", "\\sqrt{9}"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    tower, tower_time = results["tower"]
+    good, _ = results["good"]
+    assert not tower.correct and tower_time < TIMEOUT + SLACK
+    assert good.correct
+
+
+def test_many_threads_share_a_small_worker_pool(pool):
+    cases = [("8", "2^3", True), ("8", "2^4", False), ("2", "\\sqrt{4}", True), ("1/2", "0.5", True)] * 2
+    with ThreadPoolExecutor(6) as threads:
+        verdicts = list(threads.map(lambda case: pool.verify(case[0], case[1]), cases))
+    assert [v.correct for v in verdicts] == [case[2] for case in cases]
+    assert pool._started <= 2
+
+
+def test_env_step_with_a_hostile_answer_returns_within_the_timeout(pool):
+    env = MathEnv(verifier=pool)
+    env.reset(seed=0)
+    start = time.monotonic()
+    _, reward, terminated, truncated, info = env.step("<answer>9^{9^{9^{9}}}</answer>")
+    assert time.monotonic() - start < TIMEOUT + SLACK
+    assert (reward, terminated, truncated, info["success"]) == (0.0, True, False, False)
+
+
+def test_invalid_verifier_options_fail_with_the_expected_values():
+    with pytest.raises(InvalidOptionError, match="timeout must be > 0"):
+        AnswerVerifier(timeout=0)
+    with pytest.raises(InvalidOptionError, match="backend must be"):
+        AnswerVerifier(backend="wolfram")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("2 3", None), ("1 000", None), (" 1 / 2 ", "1/2"), ("- 5", "-5"), ("\\frac12", "1/2"), ("\\frac123", None),
+    ("1\\,000", "1000"), ("\\boxed{ 7/4 }", "7/4"), ("5.", "5"), ("\\frac{1}{0}", None),
+])
+def test_fast_path_never_guesses(text, value):
+    """Only text that is plainly one number reads as one; anything else goes to the worker."""
+    from fractions import Fraction
+
+    assert parse_number(text) == (None if value is None else Fraction(value))
