@@ -28,8 +28,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from llmgym.error import ResetNeeded, UnknownOptionError, did_you_mean
-from llmgym.parsing import ActionParser, extract_answer
+from llmgym.error import InvalidOptionError, ResetNeeded, UnknownOptionError, did_you_mean
+from llmgym.parsing import (
+    NAMED_PARSERS,
+    ActionParser,
+    extract_answer,
+    extract_answer_or_boxed,
+    extract_boxed,
+    lenient_parser,
+)
 
 #: Every printable ASCII character plus newline and tab: the charset of all llmgym Text spaces.
 CHARSET = "".join(chr(code) for code in range(32, 127)) + "\n\t"
@@ -54,7 +61,10 @@ def to_charset(text: str, max_length: int = MAX_OBSERVATION_LENGTH) -> str:
 
 def text_space(max_length: int) -> spaces.Text:
     """A :class:`gymnasium.spaces.Text` over :data:`CHARSET` with lengths ``0..max_length``."""
-    return spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+    # A Text whose batches in AsyncVectorEnv's shared memory are read live (Gymnasium's are not).
+    from llmgym.vector.shared_text import SharedText
+
+    return SharedText(max_length=max_length, min_length=0, charset=CHARSET)
 
 
 class Outcome:
@@ -121,7 +131,10 @@ class TextEnv(gym.Env[str, str]):
             actions; ``None`` never ends it for that reason.
         max_turns: end the episode (``truncated``) after this many steps; ``None`` for no limit.
         action_parser: turns the raw completion into the action string, or ``None`` when it
-            finds none. Default: :func:`llmgym.parsing.extract_answer`.
+            finds none. A callable, or a name from :data:`llmgym.parsing.NAMED_PARSERS`:
+            ``"answer"`` (the default, :func:`llmgym.parsing.extract_answer`), ``"boxed"``,
+            ``"answer_or_boxed"``, or ``"lenient"`` (the answer tag, else the last of the env's
+            ``action_names`` in the text; for envs with named actions).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -145,7 +158,7 @@ class TextEnv(gym.Env[str, str]):
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
         max_turns: int | None = None,
-        action_parser: ActionParser | None = None,
+        action_parser: ActionParser | str | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
@@ -159,7 +172,7 @@ class TextEnv(gym.Env[str, str]):
         self.invalid_penalty = float(invalid_penalty)
         self.max_invalid_actions = max_invalid_actions
         self.max_turns = max_turns
-        self.action_parser: ActionParser = action_parser or extract_answer
+        self.action_parser: ActionParser = self._resolve_parser(action_parser)
         self.observation_space = text_space(MAX_OBSERVATION_LENGTH)
         self.action_space = text_space(MAX_ACTION_LENGTH)
         self._turn = 0
@@ -273,6 +286,25 @@ class TextEnv(gym.Env[str, str]):
         except Exception:  # a user-supplied parser must not crash the env either
             return None
         return parsed if isinstance(parsed, str) and parsed else None
+
+    def _resolve_parser(self, parser: ActionParser | str | None) -> ActionParser:
+        if parser is None or callable(parser):
+            return parser or extract_answer
+        named = {"answer": extract_answer, "boxed": extract_boxed, "answer_or_boxed": extract_answer_or_boxed}
+        if parser in named:
+            return named[parser]
+        if parser == "lenient":
+            names = getattr(self, "action_names", None)
+            if not names:
+                raise InvalidOptionError(
+                    f"action_parser='lenient' needs named actions, and {type(self).__name__} has no "
+                    "action_names; use 'answer' or pass a callable."
+                )
+            return lenient_parser(names)
+        raise InvalidOptionError(
+            f"action_parser must be a callable or one of {', '.join(NAMED_PARSERS)}; got {parser!r}."
+            f"{did_you_mean(str(parser), NAMED_PARSERS)}"
+        )
 
     def _after_end(self) -> tuple[str, float, bool, bool, dict[str, Any]]:
         info = {

@@ -88,6 +88,29 @@ def extract_answer_or_boxed(text: str) -> str | None:
     return boxed if boxed is not None else answer
 
 
+def lenient_parser(action_names: tuple[str, ...] | list[str]) -> ActionParser:
+    """A parser that takes ``<answer>...</answer>`` when present, else the last action name said.
+
+    Small base models often name a move without the tags ("I will go Down."); this parser
+    lets such a model earn reward from its first step, so RL has a signal to start from.
+    The strict default stays :func:`extract_answer`.
+    """
+    pattern = re.compile(r"\b(" + "|".join(re.escape(name) for name in action_names) + r")\b", re.IGNORECASE)
+
+    def parse(text: str) -> str | None:
+        answer = extract_answer(text)
+        if answer is not None or not isinstance(text, str):
+            return answer
+        last = _last_match(pattern, text)
+        return None if last is None else last.group(1)
+
+    return parse
+
+
+#: Parsers that can be chosen by name (from a YAML config or the command line).
+NAMED_PARSERS = ("answer", "boxed", "answer_or_boxed", "lenient")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """One ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block.

@@ -159,3 +159,20 @@ def test_impossible_settings_raise_value_error_naming_the_limit(kwargs, message)
     with pytest.raises(InvalidOptionError, match=message):
         gym.make("llmgym/FrozenLake-v0", **kwargs)
     assert issubclass(InvalidOptionError, ValueError)
+
+
+def test_lenient_parser_takes_the_tag_else_the_last_action_name():
+    env = make(action_parser="lenient")
+    env.reset(options={"level": ["SF", "FG"]})
+    _, _, _, _, info = env.step("I would go right, or maybe Down.")
+    assert info["parsed_action"] == "Down" and env._position == (1, 0)
+    _, reward, terminated, _, info = env.step("<answer>Right</answer> rather than left")
+    assert info["parsed_action"] == "Right" and terminated and reward == 1.0
+    env.reset(options={"level": ["SF", "FG"]})
+    _, reward, _, _, info = env.step("I am not sure what to do")
+    assert not info["action_is_valid"] and reward == env.invalid_penalty
+
+
+def test_unknown_parser_name_is_rejected_with_a_suggestion():
+    with pytest.raises(InvalidOptionError, match="Did you mean 'lenient'"):
+        gym.make("llmgym/FrozenLake-v0", action_parser="lenint")

@@ -78,7 +78,7 @@ class FrozenLakeEnv(TextEnv):
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
-        action_parser: ActionParser | None = None,
+        action_parser: ActionParser | str | None = None,
     ) -> None:
         if not 2 <= size <= 32:
             raise InvalidOptionError(f"size must be between 2 and 32, got {size}.")

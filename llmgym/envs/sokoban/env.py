@@ -92,7 +92,7 @@ class SokobanEnv(TextEnv):
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
-        action_parser: ActionParser | None = None,
+        action_parser: ActionParser | str | None = None,
     ) -> None:
         self.dim_room = check_settings(dim_room, num_boxes)
         if max_actions_per_turn < 1:
