@@ -1,0 +1,49 @@
+"""Pure tensor functions of the RL algorithms: advantages, losses and sample filters.
+
+Nothing here touches models, envs or the optimizer; :mod:`llmgym_train.trainer` wires them.
+"""
+
+from llmgym_train.algorithms.advantages import (
+    broadcast_to_tokens,
+    discounted_returns,
+    gae,
+    group_normalized,
+    masked_whiten,
+    place_turn_rewards,
+    reinforce_pp,
+)
+from llmgym_train.algorithms.filters import group_variance_keep, void_turn_keep
+from llmgym_train.algorithms.losses import (
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    KLEstimator,
+    LossAggregation,
+    aggregate,
+    clipped_surrogate,
+    entropy_from_logits,
+    kl_divergence,
+    token_logprobs,
+    value_loss,
+)
+
+__all__ = [
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "KLEstimator",
+    "LossAggregation",
+    "aggregate",
+    "broadcast_to_tokens",
+    "clipped_surrogate",
+    "discounted_returns",
+    "entropy_from_logits",
+    "gae",
+    "group_normalized",
+    "group_variance_keep",
+    "kl_divergence",
+    "masked_whiten",
+    "place_turn_rewards",
+    "reinforce_pp",
+    "token_logprobs",
+    "value_loss",
+    "void_turn_keep",
+]

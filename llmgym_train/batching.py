@@ -1,0 +1,122 @@
+"""Training samples -> padded tensors, and the advantage step that turns rewards into targets.
+
+Everything here is a plain function of samples and tensors, so the trainer only calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from llmgym_train.algorithms import (
+    broadcast_to_tokens,
+    gae,
+    group_normalized,
+    masked_whiten,
+    reinforce_pp,
+)
+from llmgym_train.data import Sample
+
+
+@dataclass
+class Batch:
+    """Right-padded tensors of ``B`` samples, all ``(B, T)`` unless noted.
+
+    ``loss_mask[:, t]`` is 1 where token ``t`` was generated; ``old_logprobs``,
+    ``advantages``, ``returns`` and ``old_values`` are aligned with the same positions.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    token_rewards: torch.Tensor
+    rewards: torch.Tensor  # (B,) the sample's reward (episode return or turn reward)
+    group_ids: torch.Tensor  # (B,)
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: torch.Tensor) -> Batch:
+        """The samples at ``rows`` (a 1-D index tensor), trimmed to their longest sequence."""
+        width = int(self.attention_mask[rows].sum(dim=1).max().item()) if len(rows) else 1
+        picked = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is None:
+                picked[item.name] = None
+            elif value.dim() == 2:
+                picked[item.name] = value[rows, :width]
+            else:
+                picked[item.name] = value[rows]
+        return Batch(**picked)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.loss_mask.sum().item())
+
+
+def collate(samples: Sequence[Sample], pad_token_id: int, group_offsets: Sequence[int] | None = None) -> Batch:
+    """Right-pad ``samples`` into a :class:`Batch`.
+
+    ``group_offsets[i]`` is added to sample ``i``'s ``group_id`` so that groups of different
+    envs in a mixture never share an id.
+    """
+    width = max(len(sample.token_ids) for sample in samples)
+    count = len(samples)
+    input_ids = torch.full((count, width), pad_token_id, dtype=torch.long)  # (B, T)
+    attention_mask = torch.zeros((count, width), dtype=torch.long)  # (B, T)
+    loss_mask = torch.zeros((count, width), dtype=torch.float32)  # (B, T)
+    old_logprobs = torch.zeros((count, width), dtype=torch.float32)  # (B, T)
+    token_rewards = torch.zeros((count, width), dtype=torch.float32)  # (B, T)
+    for row, sample in enumerate(samples):
+        length = len(sample.token_ids)
+        input_ids[row, :length] = torch.tensor(sample.token_ids, dtype=torch.long)
+        attention_mask[row, :length] = 1
+        loss_mask[row, :length] = torch.tensor(sample.loss_mask, dtype=torch.float32)
+        old_logprobs[row, :length] = torch.tensor(sample.behavior_logprobs, dtype=torch.float32)
+        token_rewards[row, :length] = torch.tensor(sample.token_rewards, dtype=torch.float32)
+    offsets = list(group_offsets) if group_offsets is not None else [0] * count
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        old_logprobs=old_logprobs,
+        token_rewards=token_rewards,
+        rewards=torch.tensor([sample.reward for sample in samples], dtype=torch.float32),
+        group_ids=torch.tensor([s.group_id + o for s, o in zip(samples, offsets, strict=True)], dtype=torch.long),
+    )
+
+
+def with_advantages(
+    batch: Batch,
+    algo: str,
+    *,
+    normalize_std: bool,
+    gamma: float,
+    lam: float,
+    values: torch.Tensor | None = None,
+) -> Batch:
+    """``batch`` with ``advantages`` (and, for PPO, ``returns`` / ``old_values``) filled in.
+
+    * ``grpo``: each sample's reward normalized in its group, on all its generated tokens.
+    * ``reinforce_pp``: discounted token returns whitened over the batch.
+    * ``ppo``: token-level GAE from ``values`` ``(B, T)``, advantages whitened over the batch.
+    """
+    mask = batch.loss_mask  # (B, T)
+    if algo == "grpo":
+        per_sample = group_normalized(batch.rewards, batch.group_ids, normalize_std=normalize_std)  # (B,)
+        return replace(batch, advantages=broadcast_to_tokens(per_sample, mask))
+    if algo == "reinforce_pp":
+        return replace(batch, advantages=reinforce_pp(batch.token_rewards, mask, gamma))
+    if algo == "ppo":
+        assert values is not None, "PPO advantages need the critic's values"
+        advantages, returns = gae(batch.token_rewards, values, mask, gamma, lam)  # (B, T) each
+        return replace(batch, advantages=masked_whiten(advantages, mask), returns=returns, old_values=values * mask)
+    raise ValueError(f"algo must be 'grpo', 'ppo' or 'reinforce_pp', got {algo!r}.")

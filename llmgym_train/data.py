@@ -1,0 +1,250 @@
+"""The trainer's data model: one :class:`Trajectory` per episode, and training samples made from it.
+
+A trajectory holds exactly the tokens the model saw and produced (``token_ids``), which of
+them the model generated (``loss_mask``), the sampler's logprob of each generated token
+(``behavior_logprobs``), and per-turn boundaries and rewards. Every per-token list has the
+length of ``token_ids``, so the trainer turns them into tensors without bookkeeping.
+
+Two sample layouts come from the same trajectories (:func:`make_samples`):
+
+* ``"sequence"``: the whole episode is one sample; env tokens are masked out; each turn's
+  reward sits at that turn's last generated token (what token-level GAE needs).
+* ``"turn"``: one sample per turn: the task prompt, a bounded window of recent turns, and
+  that turn's generation, with only that generation in the loss. Each sample carries its own
+  turn's reward and its episode's return, so turn-level and episode-level advantages can
+  both be computed. Dropped history is removed in whole (generation, next observation)
+  units, so each window is itself a well-formed conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llmgym_train.generation.base import FinishReason
+
+SampleLayout = Literal["sequence", "turn"]
+EndReason = Literal["terminated", "truncated", "context_overflow", "max_turns"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One model turn inside a trajectory.
+
+    Attributes:
+        observation_start: index in ``token_ids`` where the tokens that show this turn's
+            observation begin (0 for the first turn: the prompt).
+        start: index of the turn's first generated token.
+        end: one past its last generated token (``end > start`` unless the model generated nothing).
+        reward: the env's reward for this turn's action.
+        action_is_valid: the env could parse and apply the action (``info["action_is_valid"]``).
+        finish_reason: ``"stop"`` when the model ended its turn, ``"length"`` when cut at ``max_tokens``.
+    """
+
+    observation_start: int
+    start: int
+    end: int
+    reward: float
+    action_is_valid: bool
+    finish_reason: FinishReason
+
+    @property
+    def num_generated(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Trajectory:
+    """One episode, token-exact.
+
+    Attributes:
+        token_ids: prompt + every turn's generated and observation tokens, as the model saw them.
+        loss_mask: 1 on generated tokens (including the end-of-turn token the model produced), else 0.
+        behavior_logprobs: the sampler's logprob of each generated token; 0.0 on env tokens.
+        prompt_length: tokens of the first prompt (system + first observation + generation prompt).
+        turns: the model's turns, in order; a turn whose action was never applied (context
+            overflow) is not listed.
+        success: the env's ``info["success"]`` at the end.
+        end_reason: why the episode ended: the env ``terminated`` or ``truncated`` it, the
+            next prompt would not fit the context (``context_overflow``), or the agent's
+            ``max_turns`` was reached.
+        group_id: episodes with the same ``group_id`` played the same level (GRPO groups).
+        episode_index: position of the episode in its rollout.
+        env_id: the env's registered id.
+        seed: the reset seed of the level.
+        info: the reset ``info`` (``level_id``, ``optimal_steps``, ...) without ``system_prompt``.
+        messages: the conversation as text (system, user, assistant, ...), for logs and checks;
+            the tokens above, not these texts, are what training uses.
+    """
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    behavior_logprobs: list[float]
+    prompt_length: int
+    turns: list[Turn] = field(default_factory=list)
+    success: bool = False
+    end_reason: EndReason = "terminated"
+    group_id: int = 0
+    episode_index: int = 0
+    env_id: str = ""
+    seed: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def turn_rewards(self) -> list[float]:
+        return [turn.reward for turn in self.turns]
+
+    @property
+    def episode_return(self) -> float:
+        """Undiscounted sum of the turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def truncated(self) -> bool:
+        """The episode did not reach a terminal state (turn limit or context overflow)."""
+        return self.end_reason != "terminated"
+
+    @property
+    def valid(self) -> bool:
+        """Every turn parsed to a legal action and ended with the model's own end-of-turn."""
+        return all(turn.action_is_valid and turn.finish_reason == "stop" for turn in self.turns)
+
+    def token_rewards(self) -> list[float]:
+        """Per-token rewards: each turn's reward at its last generated token, 0 elsewhere."""
+        rewards = [0.0] * len(self.token_ids)
+        for turn in self.turns:
+            if turn.end > turn.start:
+                rewards[turn.end - 1] += turn.reward
+            elif turn.reward:
+                # An empty generation still carries its reward, on the token before it.
+                rewards[max(turn.start - 1, 0)] += turn.reward
+        return rewards
+
+    def check(self) -> None:
+        """Assert the internal invariants (lengths, mask = turn spans); for tests and debugging."""
+        length = len(self.token_ids)
+        assert len(self.loss_mask) == length and len(self.behavior_logprobs) == length
+        expected = [0] * length
+        for turn in self.turns:
+            assert turn.observation_start <= turn.start <= turn.end <= length
+            expected[turn.start : turn.end] = [1] * turn.num_generated
+        assert self.loss_mask == expected, "loss_mask must be 1 exactly on the turns' generated tokens"
+        assert all(logprob == 0.0 for logprob, mask in zip(self.behavior_logprobs, expected) if not mask)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sequence.
+
+    Attributes:
+        token_ids: the sequence.
+        loss_mask: 1 where the loss applies (generated tokens of the turn(s) this sample trains).
+        behavior_logprobs: sampler logprobs on generated tokens, 0.0 elsewhere.
+        token_rewards: each trained turn's reward at its last generated token, 0 elsewhere.
+        reward: the turn's reward (``turn`` layout) or the episode's return (``sequence`` layout).
+        episode_return: undiscounted return of the whole episode.
+        success: the episode's success.
+        valid: the trained turn(s) parsed to legal actions and ended with end-of-turn.
+        truncated: the episode ended without reaching a terminal state.
+        group_id: episodes on the same level share it (GRPO groups).
+        episode_index: the trajectory this sample came from.
+        turn_index: the turn this sample trains (``None`` for the ``sequence`` layout).
+        num_turns: turns in the episode.
+    """
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    behavior_logprobs: list[float]
+    token_rewards: list[float]
+    reward: float
+    episode_return: float
+    success: bool
+    valid: bool
+    truncated: bool
+    group_id: int
+    episode_index: int
+    turn_index: int | None
+    num_turns: int
+
+
+def make_samples(
+    trajectories: list[Trajectory], layout: SampleLayout = "sequence", history_turns: int | None = None
+) -> list[Sample]:
+    """Training samples from ``trajectories`` in the chosen layout.
+
+    Arguments:
+        layout: ``"sequence"`` (one sample per episode) or ``"turn"`` (one per turn).
+        history_turns: ``turn`` layout only: previous turns kept before the trained one
+            (``None`` keeps all of them; 0 keeps just the task prompt).
+    """
+    if layout == "sequence":
+        return [_sequence_sample(trajectory) for trajectory in trajectories]
+    if layout == "turn":
+        if history_turns is not None and history_turns < 0:
+            raise ValueError(f"history_turns must be >= 0 or None, got {history_turns}.")
+        return [
+            _turn_sample(trajectory, index, history_turns)
+            for trajectory in trajectories
+            for index in range(len(trajectory.turns))
+        ]
+    raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
+
+
+def _sequence_sample(trajectory: Trajectory) -> Sample:
+    return Sample(
+        token_ids=list(trajectory.token_ids),
+        loss_mask=list(trajectory.loss_mask),
+        behavior_logprobs=list(trajectory.behavior_logprobs),
+        token_rewards=trajectory.token_rewards(),
+        reward=trajectory.episode_return,
+        episode_return=trajectory.episode_return,
+        success=trajectory.success,
+        valid=trajectory.valid,
+        truncated=trajectory.truncated,
+        group_id=trajectory.group_id,
+        episode_index=trajectory.episode_index,
+        turn_index=None,
+        num_turns=len(trajectory.turns),
+    )
+
+
+def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None) -> Sample:
+    turns = trajectory.turns
+    turn = turns[index]
+    first_kept = 0 if history_turns is None else max(0, index - history_turns)
+    # Kept history: the prompt, then from the generation of the first kept turn onward
+    # (each unit is a generation plus the observation that follows it).
+    spans = [(0, trajectory.prompt_length)]
+    spans.append((turns[first_kept].start if first_kept < index else turn.start, turn.end))
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+    positions: list[int] = []
+    for start, end in spans:
+        token_ids += trajectory.token_ids[start:end]
+        logprobs += trajectory.behavior_logprobs[start:end]
+        positions += range(start, end)
+    loss_mask = [1 if turn.start <= position < turn.end else 0 for position in positions]
+    logprobs = [value if mask else 0.0 for value, mask in zip(logprobs, loss_mask, strict=True)]
+    token_rewards = [0.0] * len(token_ids)
+    if token_ids:  # the turn's last generated token closes the sequence
+        token_rewards[-1] = turn.reward
+    return Sample(
+        token_ids=token_ids,
+        loss_mask=loss_mask,
+        behavior_logprobs=logprobs,
+        token_rewards=token_rewards,
+        reward=turn.reward,
+        episode_return=trajectory.episode_return,
+        success=trajectory.success,
+        valid=turn.action_is_valid and turn.finish_reason == "stop",
+        truncated=trajectory.truncated,
+        group_id=trajectory.group_id,
+        episode_index=trajectory.episode_index,
+        turn_index=index,
+        num_turns=len(turns),
+    )

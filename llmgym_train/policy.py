@@ -1,0 +1,184 @@
+"""The trained model: loading (full or LoRA), the scoring forward pass, and weights for the generator.
+
+:class:`Policy` owns the torch side of training: a causal LM (optionally wrapped in peft
+LoRA adapters), an optional :class:`~llmgym_train.value.ValueHead`, and a frozen reference
+for the KL term. With LoRA the reference costs nothing: it is the same model with the
+adapters switched off. The generator always receives plain HF parameter names with
+adapters merged, so vLLM never needs to know about LoRA.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from llmgym_train.algorithms.losses import entropy_from_logits, token_logprobs
+from llmgym_train.config import ModelConfig
+from llmgym_train.value import ValueHead
+
+
+def choose_dtype(name: str) -> torch.dtype:
+    """``auto`` is bfloat16 on a GPU and float32 on CPU (CPU bf16 training is slow and lossy)."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+class Policy:
+    """A causal LM being trained, with its tokenizer, optional value head and reference.
+
+    Arguments:
+        model: a transformers causal LM (possibly a peft model).
+        tokenizer: its tokenizer (gives the pad id).
+        value_head: PPO's critic head, or ``None``.
+        with_reference: keep a frozen reference for the KL term.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, value_head: ValueHead | None, with_reference: bool) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.value_head = value_head
+        self.is_lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+        self.reference = None
+        if with_reference and not self.is_lora:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
+
+    @classmethod
+    def load(cls, folder: str | Path, options: ModelConfig, *, with_value: bool, with_reference: bool) -> Policy:
+        """Load the HF model in ``folder`` for training, as ``options`` says."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=choose_dtype(options.dtype))
+        if options.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            model.config.use_cache = False
+        if options.lora:
+            model = _with_lora(model, options)
+        value_head = ValueHead(model.config.hidden_size) if with_value else None
+        return cls(model, tokenizer, value_head, with_reference)
+
+    # ------------------------------------------------------------------ training side
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        if self.value_head is not None:
+            parameters += list(self.value_head.parameters())
+        return parameters
+
+    def train(self) -> None:
+        self.model.train()
+
+    def score(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        values: bool = False,
+        entropy: bool = False,
+        entropy_grad: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        """Per-token logprobs of ``input_ids`` (and values / entropy of the next-token distribution), aligned to tokens.
+
+        ``logprobs[:, t] = log p(input_ids[:, t] | input_ids[:, :t])`` with ``logprobs[:, 0] = 0``
+        (the first token is never generated).
+
+        Args:
+            input_ids: ``(B, T)`` right-padded.
+            attention_mask: ``(B, T)``.
+        """
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=values)
+        result = {"logprobs": _shift_logprobs(outputs.logits, input_ids)}  # (B, T)
+        if entropy:  # (B, T); with a gradient only when an entropy bonus is trained
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                result["entropy"] = torch.nn.functional.pad(entropy_from_logits(outputs.logits[:, :-1]), (1, 0))
+        if values:
+            assert self.value_head is not None, "values requested from a policy without a value head"
+            result["values"] = self.value_head(outputs.hidden_states[-1])  # (B, T)
+        return result
+
+    @torch.no_grad()
+    def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` logprobs under the frozen reference (the base model with LoRA off)."""
+        if self.is_lora:
+            with self.model.disable_adapter():
+                logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        else:
+            assert self.reference is not None, "reference logprobs need with_reference=True"
+            logits = self.reference(input_ids=input_ids, attention_mask=attention_mask).logits
+        return _shift_logprobs(logits, input_ids)
+
+    # ------------------------------------------------------------------ generator side
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """HF-named weights for the generator (LoRA merged in), detached; the model is unchanged after."""
+        if not self.is_lora:
+            for name, tensor in self.model.state_dict().items():
+                yield name, tensor.detach()
+            return
+        self.model.merge_adapter()
+        try:
+            base = self.model.get_base_model()
+            for name, tensor in base.state_dict().items():
+                if "lora_" in name:
+                    continue
+                yield name.replace(".base_layer.", "."), tensor.detach().clone()
+        finally:
+            self.model.unmerge_adapter()
+
+    # ------------------------------------------------------------------ checkpoints
+    def trainable_state(self) -> dict[str, Any]:
+        """What a checkpoint must hold to restore training: trained weights and the value head."""
+        if self.is_lora:
+            from peft import get_peft_model_state_dict
+
+            weights = get_peft_model_state_dict(self.model)
+        else:
+            weights = self.model.state_dict()
+        state = {"weights": {name: tensor.detach().clone() for name, tensor in weights.items()}}
+        if self.value_head is not None:
+            state["value_head"] = self.value_head.state_dict()
+        return state
+
+    def load_trainable_state(self, state: dict[str, Any]) -> None:
+        if self.is_lora:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, state["weights"])
+        else:
+            self.model.load_state_dict(state["weights"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
+
+    def save_pretrained(self, folder: Path) -> None:
+        """Save the policy for later use: an HF model folder, or a peft adapter folder under LoRA."""
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        if self.value_head is not None:
+            torch.save(self.value_head.state_dict(), Path(folder) / "value_head.pt")
+
+
+def _shift_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    shifted = token_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
+    return torch.nn.functional.pad(shifted, (1, 0))  # (B, T)
+
+
+def _with_lora(model: Any, options: ModelConfig) -> Any:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as error:
+        from llmgym.error import DependencyNotInstalled
+
+        raise DependencyNotInstalled("LoRA training needs peft; run `pip install peft`.") from error
+    config = LoraConfig(
+        r=options.lora_rank,
+        lora_alpha=options.lora_alpha,
+        target_modules=list(options.lora_target_modules),
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)

@@ -1,0 +1,313 @@
+"""The rollout: many agents play episodes concurrently; one inference loop serves them all.
+
+Each episode runs as an asyncio task (its agent's ``collect_trajectory``). Agents put their
+requests on one observation queue; the inference loop drains it and feeds the generator:
+
+* a streaming generator (vLLM) gets each request as soon as it arrives and is stepped one
+  decoding step at a time, so an agent whose env step just returned joins the running batch
+  (continuous batching across turns: no turn waits for the slowest episode of the previous one);
+* a batch-only generator (hf) gets a batch once every live agent has a request waiting
+  (or ``max_batch_wait`` seconds passed).
+
+Groups: :func:`group_episodes` gives each of ``n_groups`` groups one seed, shared by its
+``group_size`` members, so they play the same level (GRPO's groups).
+
+Entry points: :func:`rollout` (blocking) and :func:`arollout` (in a running event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from llmgym_train.agents import AgentConfig, AsyncEnv, EnvTimer, EpisodeStart, GenerationRequest, get_agent
+from llmgym_train.chat import ChatTokens
+from llmgym_train.data import Trajectory
+from llmgym_train.generation.base import Completion, Generator, StreamingGenerator
+
+
+class EnvGroups(Protocol):
+    """One env of a rollout or mixture: what :func:`group_episodes` reads (the trainer's ``EnvSpec`` fits).
+
+    Attributes:
+        id: registered env id, e.g. ``llmgym/Sokoban-v0``.
+        n_groups: groups of this env per rollout; each group is one level.
+        options: keyword arguments for ``gymnasium.make``.
+    """
+
+    id: str
+    n_groups: int
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EnvMix:
+    """A plain :class:`EnvGroups`, for scripts and tests."""
+
+    id: str
+    n_groups: int = 1
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResult:
+    """Trajectories in episode order and the rollout's metrics (see :func:`rollout_metrics`)."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+
+
+@dataclass
+class _Timing:
+    generation: float = 0.0
+    generation_calls: int = 0
+
+
+def group_episodes(envs: Sequence[EnvGroups], group_size: int, seed: int) -> list[EpisodeStart]:
+    """``sum(n_groups) x group_size`` episodes; a group's members share one reset seed.
+
+    Group seeds are drawn from ``numpy.random.default_rng(seed)``, so the same ``seed`` gives
+    the same levels; the trainer passes a different seed each step.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}.")
+    rng = np.random.default_rng(seed)
+    episodes: list[EpisodeStart] = []
+    group_id = 0
+    for spec in envs:
+        for _ in range(spec.n_groups):
+            level_seed = int(rng.integers(0, 2**31 - 1))
+            for _ in range(group_size):
+                episodes.append(
+                    EpisodeStart(
+                        episode_index=len(episodes),
+                        env_id=spec.id,
+                        seed=level_seed,
+                        group_id=group_id,
+                        env_kwargs=dict(spec.options),
+                    )
+                )
+            group_id += 1
+    return episodes
+
+
+def rollout(
+    generator: Generator,
+    chat: ChatTokens,
+    episodes: Sequence[EpisodeStart],
+    *,
+    agent: str = "chain",
+    config: AgentConfig | None = None,
+    max_batch_wait: float = 0.05,
+) -> RolloutResult:
+    """Play ``episodes`` with the registered ``agent`` on ``generator``; blocking.
+
+    Arguments:
+        chat: the model's chat-template token pieces.
+        episodes: from :func:`group_episodes`, or explicit levels (eval sets).
+        agent: registered agent name (see :func:`llmgym_train.agents.register_agent`).
+        config: sampling, turn limit, context length (default: ``AgentConfig()`` with the
+            generator's ``max_model_len``).
+        max_batch_wait: batch-only generators: longest wait for more requests before a batch.
+    """
+    return asyncio.run(arollout(generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait))
+
+
+async def arollout(
+    generator: Generator,
+    chat: ChatTokens,
+    episodes: Sequence[EpisodeStart],
+    *,
+    agent: str = "chain",
+    config: AgentConfig | None = None,
+    max_batch_wait: float = 0.05,
+) -> RolloutResult:
+    """:func:`rollout` inside a running event loop."""
+    agent_cls = get_agent(agent)
+    config = config or AgentConfig(max_context_tokens=generator.max_model_len)
+    if config.max_context_tokens > generator.max_model_len:
+        raise ValueError(
+            f"max_context_tokens={config.max_context_tokens} exceeds the generator's max_model_len="
+            f"{generator.max_model_len}; lower it or build the generator with a longer max_model_len."
+        )
+    started = time.perf_counter()
+    env_timer, timing = EnvTimer(), _Timing()
+    envs = [AsyncEnv(gym.make(episode.env_id, **episode.env_kwargs), env_timer) for episode in episodes]
+    obs_queue: asyncio.Queue[GenerationRequest | None] = asyncio.Queue()
+    act_queues: dict[int, asyncio.Queue[Completion]] = {episode.episode_index: asyncio.Queue() for episode in episodes}
+    if len(act_queues) != len(episodes):
+        raise ValueError("Every EpisodeStart needs its own episode_index (it routes the agent's completions).")
+    live = {"agents": len(episodes)}
+
+    async def play(index: int) -> Trajectory:
+        try:
+            return await agent_cls(chat, config).collect_trajectory(
+                episodes[index], envs[index], obs_queue, act_queues[episodes[index].episode_index]
+            )
+        finally:
+            live["agents"] -= 1
+            obs_queue.put_nowait(None)  # wakes the loop to re-check how many agents are live
+
+    try:
+        tasks = [asyncio.create_task(play(index)) for index in range(len(episodes))]
+        server = asyncio.create_task(_serve(generator, obs_queue, act_queues, live, timing, max_batch_wait))
+        await _wait_all([server, *tasks])
+        trajectories = [task.result() for task in tasks]
+    finally:
+        for env in envs:
+            env.close()
+    elapsed = time.perf_counter() - started
+    return RolloutResult(trajectories, rollout_metrics(trajectories, elapsed, timing.generation, env_timer.seconds))
+
+
+async def _wait_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Wait for every task; on the first failure cancel the rest and re-raise it."""
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    failed = [task for task in done if not task.cancelled() and task.exception() is not None]
+    if failed:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        raise failed[0].exception()  # type: ignore[misc]
+
+
+async def _serve(
+    generator: Generator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queues: dict[int, asyncio.Queue[Completion]],
+    live: dict[str, int],
+    timing: _Timing,
+    max_batch_wait: float,
+) -> None:
+    if isinstance(generator, StreamingGenerator):
+        await _serve_streaming(generator, obs_queue, act_queues, live, timing)
+    else:
+        await _serve_batches(generator, obs_queue, act_queues, live, timing, max_batch_wait)
+
+
+async def _serve_streaming(
+    generator: StreamingGenerator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queues: dict[int, asyncio.Queue[Completion]],
+    live: dict[str, int],
+    timing: _Timing,
+) -> None:
+    request_numbers = itertools.count()
+    owners: dict[str, int] = {}
+    try:
+        await _stream(generator, obs_queue, act_queues, live, timing, owners, request_numbers)
+    finally:
+        if owners:  # failed or cancelled: leave the engine without our half-done requests
+            generator.abort(list(owners))
+
+
+async def _stream(
+    generator: StreamingGenerator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queues: dict[int, asyncio.Queue[Completion]],
+    live: dict[str, int],
+    timing: _Timing,
+    owners: dict[str, int],
+    request_numbers: itertools.count[int],
+) -> None:
+    while live["agents"] > 0 or owners:
+        if not owners and obs_queue.empty():
+            _submit(generator, await obs_queue.get(), owners, request_numbers)
+        while not obs_queue.empty():
+            _submit(generator, obs_queue.get_nowait(), owners, request_numbers)
+        if not owners:
+            continue
+        start = time.perf_counter()
+        finished = generator.poll()
+        timing.generation += time.perf_counter() - start
+        timing.generation_calls += 1
+        for request_id, completion in finished:
+            act_queues[owners.pop(request_id)].put_nowait(completion)
+        await asyncio.sleep(0)  # let woken agents run up to their next await
+
+
+def _submit(
+    generator: StreamingGenerator,
+    request: GenerationRequest | None,
+    owners: dict[str, int],
+    request_numbers: itertools.count[int],
+) -> None:
+    if request is None:
+        return
+    request_id = f"{request.agent_id}-{next(request_numbers)}"
+    owners[request_id] = request.agent_id
+    generator.submit(request_id, request.token_ids, request.sampling)
+
+
+async def _serve_batches(
+    generator: Generator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queues: dict[int, asyncio.Queue[Completion]],
+    live: dict[str, int],
+    timing: _Timing,
+    max_batch_wait: float,
+) -> None:
+    while live["agents"] > 0:
+        batch: list[GenerationRequest] = []
+        deadline: float | None = None
+        while len(batch) < live["agents"]:
+            timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            try:
+                request = await asyncio.wait_for(obs_queue.get(), timeout)
+            except TimeoutError:
+                break
+            if request is not None:
+                batch.append(request)
+                deadline = deadline or time.perf_counter() + max_batch_wait
+        if not batch:
+            continue
+        start = time.perf_counter()
+        completions = generator.generate([request.token_ids for request in batch], [request.sampling for request in batch])
+        timing.generation += time.perf_counter() - start
+        timing.generation_calls += 1
+        for request, completion in zip(batch, completions, strict=True):
+            act_queues[request.agent_id].put_nowait(completion)
+
+
+def rollout_metrics(
+    trajectories: Sequence[Trajectory], seconds: float, generation_seconds: float, env_seconds: float
+) -> dict[str, float]:
+    """Success, return, turns, validity, token and time figures of a rollout, plus per-env success.
+
+    Time split: ``time/generation_s`` is spent inside the generator; ``time/env_s`` sums env
+    calls over episodes (they run in worker threads, partly beside generation);
+    ``time/bookkeeping_s`` is the wall time left after both (agents' token work, queueing;
+    a lower bound, as env time that overlapped generation is subtracted too).
+    """
+    count = max(len(trajectories), 1)
+    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
+    generated = sum(trajectory.num_generated_tokens for trajectory in trajectories)
+    metrics = {
+        "episodes": float(len(trajectories)),
+        "success_rate": sum(t.success for t in trajectories) / count,
+        "mean_return": sum(t.episode_return for t in trajectories) / count,
+        "mean_turns": len(turns) / count,
+        "invalid_action_rate": sum(not turn.action_is_valid for turn in turns) / max(len(turns), 1),
+        "cut_turn_rate": sum(turn.finish_reason == "length" for turn in turns) / max(len(turns), 1),
+        "context_overflow": float(sum(t.end_reason == "context_overflow" for t in trajectories)),
+        "truncated_rate": sum(t.truncated for t in trajectories) / count,
+        "tokens/generated": float(generated),
+        "tokens/total": float(sum(len(t.token_ids) for t in trajectories)),
+        "tokens/generated_per_s": generated / seconds if seconds > 0 else 0.0,
+        "time/total_s": seconds,
+        "time/generation_s": generation_seconds,
+        "time/env_s": env_seconds,
+        "time/bookkeeping_s": max(seconds - generation_seconds - env_seconds, 0.0),
+    }
+    for env_id in sorted({t.env_id for t in trajectories}):
+        members = [t for t in trajectories if t.env_id == env_id]
+        metrics[f"env/{env_id}/success_rate"] = sum(t.success for t in members) / len(members)
+        metrics[f"env/{env_id}/mean_return"] = sum(t.episode_return for t in members) / len(members)
+    return metrics

@@ -1,0 +1,420 @@
+"""The training loop, orchestration only: rollout -> advantages -> updates -> weight sync -> metrics.
+
+Each step plays ``n_groups x group_size`` episodes per training env (group members share a
+level), turns them into samples, filters them, computes advantages with the configured
+algorithm, runs ``ppo_epochs`` passes of minibatch updates with gradient accumulation, and
+pushes the new weights into the generator. The math lives in :mod:`llmgym_train.algorithms`,
+the loss plumbing in :mod:`llmgym_train.update`; this module only decides the order.
+
+Reproducibility: level seeds, sampling seeds and minibatch orders are all derived from
+``(config.seed, step)``, so a run resumed from a checkpoint at step ``k`` continues exactly
+as the uninterrupted run would (the checkpoint also holds the optimizer and torch's RNG).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from llmgym_train.agents import AgentConfig, EpisodeStart
+from llmgym_train.algorithms import group_variance_keep
+from llmgym_train.batching import Batch, collate, with_advantages
+from llmgym_train.chat import ChatTokens
+from llmgym_train.config import EnvSpec, TrainConfig, save_config
+from llmgym_train.data import Sample, Trajectory, make_samples
+from llmgym_train.generation import SamplingSpec, make_generator
+from llmgym_train.metrics import RunLog
+from llmgym_train.models import resolve_model
+from llmgym_train.policy import Policy
+from llmgym_train.rollout import rollout as run_rollout
+from llmgym_train.update import accumulate_gradients, optimizer_step, score_batch
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+@dataclass
+class RunSummary:
+    """What a run did; ``describe()`` is what the CLI prints at the end."""
+
+    output: Path
+    step: int
+    completed: bool
+    stop_reason: str
+    eval_before: dict[str, float] = field(default_factory=dict)
+    eval_after: dict[str, float] = field(default_factory=dict)
+    nan_steps: int = 0
+    curve: Path | None = None
+
+    def describe(self) -> str:
+        lines = [f"Run {'finished' if self.completed else 'stopped'} at step {self.step} ({self.stop_reason})."]
+        for env_id in sorted(set(self.eval_before) | set(self.eval_after)):
+            before, after = self.eval_before.get(env_id), self.eval_after.get(env_id)
+            lines.append(f"  eval success {env_id}: before {_percent(before)} -> after {_percent(after)}")
+        if self.nan_steps:
+            lines.append(f"  steps skipped for a non-finite loss: {self.nan_steps}")
+        lines.append(f"  learning curve: {self.curve}")
+        lines.append(f"  outputs: {self.output}")
+        return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+class Trainer:
+    """Runs a :class:`TrainConfig`; use as a context manager so the generator is released.
+
+    Arguments:
+        config: the validated config.
+        resume: continue from ``output/checkpoint.pt`` (step counter, weights, optimizer, RNG).
+    """
+
+    def __init__(self, config: TrainConfig, *, resume: bool = False) -> None:
+        self.config = config
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.model_folder = resolve_model(config.model)
+        self.output = Path(config.output)
+        self.output.mkdir(parents=True, exist_ok=True)
+        save_config(config, self.output / "config.yaml")
+        loss = config.loss
+        self.policy = Policy.load(
+            self.model_folder, config.model_options, with_value=config.algo == "ppo", with_reference=loss.kl_coef > 0
+        )
+        self.chat = ChatTokens(self.policy.tokenizer)
+        self.optimizer = torch.optim.AdamW(
+            self.policy.trainable_parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
+        self.step = 0
+        self.nan_steps = 0
+        self.nan_streak = 0
+        if resume:
+            self._load_checkpoint()
+        else:
+            torch.manual_seed(config.seed)
+            (self.output / "metrics.jsonl").unlink(missing_ok=True)
+        self.generator = self._make_generator()
+        self.log = RunLog(self.output, config.steps, progress=config.progress, start_step=self.step)
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.log.close()
+        if self.generator is not None:
+            self.generator.close()
+            self.generator = None
+
+    def _make_generator(self) -> Any:
+        rollout = self.config.rollout
+        if self.config.distributed.enabled:  # Ray actors, synced now and after each update
+            from llmgym_train.distributed import RolloutEngines
+
+            engines = RolloutEngines.from_config(self.config.distributed, rollout.backend, self.model_folder,
+                                                 max_model_len=rollout.max_model_len, seed=self.config.seed)
+            engines.update_weights(self.policy.export_weights())
+            return engines
+        if rollout.backend == "hf":
+            from llmgym_train.generation.hf_backend import HfGenerator
+
+            # The policy itself generates: no copy, no weight sync.
+            return HfGenerator(self.policy.model, tokenizer=self.policy.tokenizer, max_model_len=rollout.max_model_len)
+        generator = make_generator("vllm", self.model_folder, max_model_len=rollout.max_model_len, seed=self.config.seed)
+        if self.step > 0 or self.policy.is_lora:
+            generator.update_weights(self.policy.export_weights())
+        return generator
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> RunSummary:
+        """Train until ``config.steps``; evaluate before, every ``eval.every`` steps and at the end."""
+        config = self.config
+        stop_reason, completed = "reached the last step", True
+        try:
+            if self.step == 0:
+                self.evaluate()
+            # The budget counts training only, so a slow first evaluation cannot use it up.
+            deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else math.inf
+            while self.step < config.steps:
+                if time.monotonic() >= deadline:
+                    stop_reason = f"time budget of {config.max_minutes:g} minutes used"
+                    break
+                metrics = self.train_step()
+                self.log.advance(self.step, metrics.get("reward_mean", math.nan), self._last_eval_success())
+                if self.nan_streak >= config.max_nan_steps:
+                    stop_reason, completed = f"{self.nan_streak} steps in a row with a non-finite loss", False
+                    break
+                if config.eval.every and self.step % config.eval.every == 0 and self.step < config.steps:
+                    self.evaluate()
+                if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                    self.save_checkpoint()
+            if completed:
+                self.evaluate()
+        except KeyboardInterrupt:
+            stop_reason, completed = "interrupted", False
+        self.save_checkpoint()
+        curve = self.log.plot()
+        return RunSummary(
+            output=self.output,
+            step=self.step,
+            completed=completed,
+            stop_reason=stop_reason,
+            eval_before=self._eval_at(first=True),
+            eval_after=self._eval_at(first=False),
+            nan_steps=self.nan_steps,
+            curve=curve,
+        )
+
+    def train_step(self) -> dict[str, Any]:
+        """One rollout and update; returns the step's metrics (also logged)."""
+        started = time.perf_counter()
+        trajectories, rollout_metrics = self.collect(self.step)
+        samples, filter_metrics = self._filtered_samples(trajectories)
+        update_metrics: dict[str, Any] = {"samples": len(samples)}
+        if samples:
+            batch = self._prepare(samples)
+            update_metrics.update(self._update(batch))
+        self.step += 1
+        self._sync_weights()
+        metrics = {**rollout_metrics, **filter_metrics, **update_metrics, "step_seconds": time.perf_counter() - started}
+        self.log.log(self.step, "train", metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ rollout
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, Any]]:
+        """Play this step's training episodes: each env's groups, group members on one level."""
+        starts: list[EpisodeStart] = []
+        group = 0
+        for env_index, spec in enumerate(self.config.train_envs):
+            level_seeds = _seeds(self.config.seed, step, env_index, count=spec.n_groups)
+            for level_seed in level_seeds:
+                for _ in range(self.config.rollout.group_size):
+                    starts.append(EpisodeStart(len(starts), spec.id, int(level_seed), group, dict(spec.options)))
+                group += 1
+        rollout = self.config.rollout
+        sampling = SamplingSpec(max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
+        sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
+        trajectories, timing = self._play(starts, sampling, sampling_seed)
+        return trajectories, {**_episode_metrics(trajectories, self.config.train_envs), **timing}
+
+    def _play(
+        self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None
+    ) -> tuple[list[Trajectory], dict[str, Any]]:
+        rollout = self.config.rollout
+        agent_config = AgentConfig(
+            sampling=sampling,
+            max_turns=rollout.max_turns or None,
+            max_context_tokens=rollout.max_model_len,
+            sampling_seed=sampling_seed,
+        )
+        result = run_rollout(self.generator, self.chat, starts, agent=rollout.agent, config=agent_config)
+        timing = {key: value for key, value in result.metrics.items() if key.startswith(("time/", "tokens/"))}
+        timing["cut_turn_rate"] = result.metrics.get("cut_turn_rate", 0.0)
+        return result.trajectories, timing
+
+    # ------------------------------------------------------------------ samples and update
+    def _filtered_samples(self, trajectories: list[Trajectory]) -> tuple[list[Sample], dict[str, Any]]:
+        rollout, loss = self.config.rollout, self.config.loss
+        history = None if rollout.history_turns < 0 else rollout.history_turns
+        samples = make_samples(trajectories, rollout.layout, history)
+        metrics: dict[str, Any] = {}
+        if loss.group_keep_fraction < 1.0:
+            kept_groups = self._informative_groups(trajectories)
+            metrics["groups_dropped"] = len({t.group_id for t in trajectories}) - len(kept_groups)
+            samples = [sample for sample in samples if sample.group_id in kept_groups]
+        if loss.filter_void_turns:
+            before = len(samples)
+            samples = [sample for sample in samples if sample.valid]
+            metrics["void_samples_dropped"] = before - len(samples)
+        return samples, metrics
+
+    def _informative_groups(self, trajectories: list[Trajectory]) -> set[int]:
+        by_group: dict[int, list[float]] = {}
+        for trajectory in trajectories:
+            by_group.setdefault(trajectory.group_id, []).append(trajectory.episode_return)
+        ids = sorted(by_group)
+        width = max(len(rewards) for rewards in by_group.values())
+        # Groups are equal-sized by construction; pad defensively with the group's mean.
+        rows = [rewards + [float(np.mean(rewards))] * (width - len(rewards)) for rewards in (by_group[i] for i in ids)]
+        keep = group_variance_keep(torch.tensor(rows), self.config.loss.group_keep_fraction)
+        return {group for group, kept in zip(ids, keep.tolist(), strict=True) if kept}
+
+    def _prepare(self, samples: list[Sample]) -> Batch:
+        """Collate, rescore under the current weights, and attach advantages."""
+        config = self.config
+        batch = collate(samples, self.policy.pad_token_id)
+        scored = score_batch(
+            self.policy, batch, config.optim.micro_batch_size, values=config.algo == "ppo",
+            reference=config.loss.kl_coef > 0,
+        )
+        # The ratio's denominator is the trainer's own logprob of the sampled tokens: the
+        # generator's numbers differ by its dtype and kernels, which would bias the clip.
+        batch.old_logprobs = scored["logprobs"] * batch.loss_mask
+        batch.ref_logprobs = scored.get("ref_logprobs")
+        loss = config.loss
+        return with_advantages(
+            batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
+            values=scored.get("values"),
+        )
+
+    def _update(self, batch: Batch) -> dict[str, Any]:
+        config = self.config
+        self.policy.train()
+        generator = torch.Generator().manual_seed(int(_seeds(config.seed, self.step, 20_000, count=1)[0] % 2**62))
+        size = config.optim.minibatch_size or len(batch)
+        totals: dict[str, float] = {}
+        updates, non_finite = 0, False
+        for _ in range(config.optim.ppo_epochs):
+            order = torch.randperm(len(batch), generator=generator)
+            for start in range(0, len(batch), size):
+                minibatch = batch.select(order[start : start + size])
+                stats = accumulate_gradients(self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo)
+                norm = optimizer_step(self.policy, self.optimizer, config.optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
+                if norm is None:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    non_finite = True
+                    continue
+                updates += 1
+                stats["grad_norm"] = norm
+                for name, value in stats.items():
+                    totals[name] = totals.get(name, 0.0) + value
+        self.nan_steps += int(non_finite)
+        self.nan_streak = self.nan_streak + 1 if non_finite else 0
+        means = {name: value / max(updates, 1) for name, value in totals.items()}
+        return {**means, "updates": updates, "skipped_non_finite": int(non_finite), "nan_steps_total": self.nan_steps}
+
+    def _sync_weights(self) -> None:
+        if self.config.rollout.backend != "hf" or self.config.distributed.enabled:
+            self.generator.update_weights(self.policy.export_weights())
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Greedy success rate on the first ``eval.levels`` levels of each validation env's eval set."""
+        if self.config.eval.disabled:
+            return {}
+        starts: list[EpisodeStart] = []
+        for spec in self.config.validation_envs:
+            for seed, options in eval_levels(spec.id, self.config.eval.levels, self.config.eval.use_eval_set):
+                starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
+        max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
+        trajectories, _ = self._play(starts, SamplingSpec(max_tokens=max_tokens, temperature=0.0), None)
+        metrics = _episode_metrics(trajectories, self.config.validation_envs)
+        self.log.log(self.step, "eval", metrics)
+        return {spec.id: metrics[f"success_rate/{spec.id}"] for spec in self.config.validation_envs}
+
+    def _last_eval_success(self) -> float | None:
+        evals = [r for r in self.log.records if r["kind"] == "eval"]
+        return evals[-1]["success_rate"] if evals else None
+
+    def _eval_at(self, first: bool) -> dict[str, float]:
+        evals = [r for r in self.log.records if r["kind"] == "eval"]
+        if not evals:
+            return {}
+        record = evals[0] if first else evals[-1]
+        return {key.split("/", 1)[1]: value for key, value in record.items() if key.startswith("success_rate/")}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write ``output/checkpoint.pt`` atomically (weights, optimizer, RNG, counters)."""
+        state = {
+            "step": self.step,
+            "nan_steps": self.nan_steps,
+            "nan_streak": self.nan_streak,
+            "policy": self.policy.trainable_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        path = self.output / CHECKPOINT_FILE
+        staging = path.with_suffix(".tmp")
+        torch.save(state, staging)
+        os.replace(staging, path)
+        return path
+
+    def _load_checkpoint(self) -> None:
+        path = self.output / CHECKPOINT_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"--resume found no checkpoint at {path}; run without --resume first, or pass the --output "
+                "folder of the run to continue."
+            )
+        state = torch.load(path, weights_only=False)
+        self.policy.load_trainable_state(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        self.step = int(state["step"])
+        self.nan_steps = int(state["nan_steps"])
+        self.nan_streak = int(state["nan_streak"])
+        _truncate_metrics(self.output / "metrics.jsonl", self.step)
+
+
+def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
+    """``(seed, reset options)`` of the first ``count`` frozen eval levels of ``env_id``.
+
+    An env without a frozen eval set (a user's own env), or one whose options change its
+    levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
+    """
+    from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
+
+    if not use_eval_set or not has_eval_set(env_id):
+        return [(EVAL_SEED_BASE + index, None) for index in range(count)]
+    return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
+
+
+def _seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:
+    """``count`` seeds for (run seed, step, stream): the same in every process and after a resume."""
+    return np.random.SeedSequence([seed, step, stream]).generate_state(count, dtype=np.uint64) % (2**63 - 1)
+
+
+def _episode_metrics(trajectories: list[Trajectory], envs: list[EnvSpec]) -> dict[str, Any]:
+    """Success rate, mean return, turns, invalid-action rate and tokens, overall and per env."""
+    metrics = _summary(trajectories, "")
+    if len({spec.id for spec in envs}) > 1:
+        for env_id in sorted({spec.id for spec in envs}):
+            metrics.update(_summary([t for t in trajectories if t.env_id == env_id], f"/{env_id}"))
+    else:
+        metrics.update({f"{key}/{envs[0].id}": value for key, value in _summary(trajectories, "").items()})
+    # Two-player games report the agent's seat (llmgym.multiagent): metrics per seat, e.g. player_0/reward_mean.
+    for seat in sorted({str(t.info["agent_seat"]) for t in trajectories if "agent_seat" in t.info}):
+        members = [t for t in trajectories if t.info.get("agent_seat") == seat]
+        metrics.update({f"{seat}/{key}": value for key, value in _summary(members, "").items()})
+    return metrics
+
+
+def _summary(trajectories: list[Trajectory], suffix: str) -> dict[str, Any]:
+    if not trajectories:
+        return {}
+    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
+    return {
+        f"success_rate{suffix}": float(np.mean([t.success for t in trajectories])),
+        f"reward_mean{suffix}": float(np.mean([t.episode_return for t in trajectories])),
+        f"turns_mean{suffix}": float(np.mean([len(t.turns) for t in trajectories])),
+        f"invalid_action_rate{suffix}": float(np.mean([not turn.action_is_valid for turn in turns])) if turns else 0.0,
+        f"generated_tokens{suffix}": int(sum(t.num_generated_tokens for t in trajectories)),
+    }
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop records after ``step`` (written by the interrupted run after its last checkpoint)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and _record_step(line) <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _record_step(line: str) -> int:
+    import json
+
+    return int(json.loads(line)["step"])
+
+
+__all__ = ["RunSummary", "Trainer"]

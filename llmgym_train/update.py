@@ -1,0 +1,130 @@
+"""One policy update: scoring, the loss of each micro-batch, gradient accumulation, the optimizer step.
+
+The loss of a minibatch is the sum of its micro-batches' losses, each normalized by the
+*minibatch's* token (or sequence) count, so that the gradient does not depend on how the
+minibatch is split for memory (a test checks batch 8 x accumulation 1 == batch 1 x
+accumulation 8 on a real model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+
+from llmgym_train.algorithms import aggregate, clipped_surrogate, kl_divergence, value_loss
+from llmgym_train.batching import Batch
+from llmgym_train.config import LossConfig
+from llmgym_train.policy import Policy
+
+
+def micro_batches(batch: Batch, size: int) -> Iterator[Batch]:
+    """``batch`` in consecutive chunks of at most ``size`` samples."""
+    for start in range(0, len(batch), size):
+        yield batch.select(torch.arange(start, min(start + size, len(batch))))
+
+
+def normalizer(batch: Batch, aggregation: str) -> float:
+    """The divisor that makes micro-batch losses add up to the minibatch's loss."""
+    if aggregation == "token-mean":
+        return float(max(batch.num_tokens, 1))
+    return float(max(len(batch), 1))
+
+
+@torch.no_grad()
+def score_batch(policy: Policy, batch: Batch, micro_batch_size: int, *, values: bool, reference: bool) -> dict[str, torch.Tensor]:
+    """Logprobs (and values, reference logprobs) of every sample under the current weights, ``(B, T)``."""
+    width = batch.input_ids.shape[1]
+    pieces: dict[str, list[torch.Tensor]] = {"logprobs": [], "values": [], "ref_logprobs": []}
+    for micro in micro_batches(batch, micro_batch_size):
+        scored = policy.score(micro.input_ids, micro.attention_mask, values=values)
+        pad = width - micro.input_ids.shape[1]
+        pieces["logprobs"].append(torch.nn.functional.pad(scored["logprobs"].float(), (0, pad)))
+        if values:
+            pieces["values"].append(torch.nn.functional.pad(scored["values"].float(), (0, pad)))
+        if reference:
+            ref = policy.reference_logprobs(micro.input_ids, micro.attention_mask).float()
+            pieces["ref_logprobs"].append(torch.nn.functional.pad(ref, (0, pad)))
+    return {name: torch.cat(parts) for name, parts in pieces.items() if parts}
+
+
+def micro_batch_loss(
+    policy: Policy, micro: Batch, loss: LossConfig, algo: str, divisor: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one micro-batch, already divided by the minibatch's ``divisor``."""
+    scored = policy.score(
+        micro.input_ids, micro.attention_mask, values=algo == "ppo", entropy=True, entropy_grad=loss.entropy_coef > 0
+    )
+    mask = micro.loss_mask  # (B, T)
+    assert micro.advantages is not None, "advantages must be computed before the update"
+    total, stats = clipped_surrogate(
+        scored["logprobs"], micro.old_logprobs, micro.advantages, mask,
+        loss.clip_low, loss.clip_high, loss.aggregation, divisor,
+    )
+    stats["policy_loss"] = float(total.detach())
+    if algo == "ppo":
+        assert micro.returns is not None and micro.old_values is not None
+        critic = value_loss(
+            scored["values"], micro.old_values, micro.returns, mask,
+            loss.value_clip or None, loss.aggregation, divisor,
+        )
+        total = total + loss.value_coef * critic
+        stats["value_loss"] = float(critic.detach())
+    if loss.kl_coef > 0:
+        assert micro.ref_logprobs is not None, "the KL term needs reference logprobs"
+        kl = aggregate(kl_divergence(scored["logprobs"], micro.ref_logprobs, loss.kl_estimator), mask, loss.aggregation, divisor)
+        total = total + loss.kl_coef * kl
+        stats["kl"] = float(kl.detach())
+    entropy = aggregate(scored["entropy"], mask, loss.aggregation, divisor)
+    if loss.entropy_coef > 0:
+        total = total - loss.entropy_coef * entropy
+    stats["entropy"] = float(entropy.detach())
+    return total, stats
+
+
+def accumulate_gradients(
+    policy: Policy, minibatch: Batch, micro_batch_size: int, loss: LossConfig, algo: str
+) -> dict[str, float]:
+    """Backward the minibatch's loss in micro-batches; gradients add up in ``.grad``.
+
+    Returns summed stats (each already weighted by its share of the minibatch) and ``loss``;
+    a non-finite loss is reported as ``loss = nan`` and stops the accumulation early.
+    """
+    divisor = normalizer(minibatch, loss.aggregation)
+    totals: dict[str, float] = {}
+    for micro in micro_batches(minibatch, micro_batch_size):
+        micro_loss, stats = micro_batch_loss(policy, micro, loss, algo, divisor)
+        if not torch.isfinite(micro_loss):
+            return {"loss": math.nan}
+        micro_loss.backward()
+        share = _share(micro, minibatch, loss.aggregation)
+        for name, value in stats.items():
+            # policy/value/kl/entropy come normalized by the minibatch divisor: they add up.
+            weighted = value if name in ("policy_loss", "value_loss", "kl", "entropy") else value * share
+            totals[name] = totals.get(name, 0.0) + weighted
+        totals["loss"] = totals.get("loss", 0.0) + float(micro_loss.detach())
+    return totals
+
+
+def _share(micro: Batch, minibatch: Batch, aggregation: str) -> float:
+    if aggregation == "token-mean":
+        return micro.num_tokens / max(minibatch.num_tokens, 1)
+    return len(micro) / max(len(minibatch), 1)
+
+
+def optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float | None:
+    """Clip and apply the accumulated gradients; ``None`` (and no step) when they are not finite."""
+    parameters = policy.trainable_parameters()
+    if max_grad_norm > 0:
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    else:
+        norm = torch.linalg.vector_norm(
+            torch.stack([p.grad.norm() for p in parameters if p.grad is not None])
+        )
+    if not torch.isfinite(norm):
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)

@@ -1,0 +1,97 @@
+"""Config building: YAML + overrides, type coercion, unknown keys, invalid combinations, the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmgym.error import InvalidOptionError, UnknownOptionError
+from llmgym_train.cli import build_parser, config_from_args, main
+from llmgym_train.config import EnvSpec, TrainConfig, leaf_keys, load_config, save_config
+
+
+def test_yaml_then_overrides_then_values(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "algo: ppo\n"
+        "train_envs:\n  - {id: llmgym/FrozenLake-v0, n_groups: 2, options: {max_turns: 3}}\n"
+        "optim: {lr: 1.0e-4}\n"
+        "rollout: {group_size: 1}\n"
+    )
+    config = load_config(path, ["optim.lr=3e-6", "loss.filter_void_turns=true"], {"seed": 7})
+    assert config.algo == "ppo"
+    assert config.optim.lr == pytest.approx(3e-6)
+    assert config.loss.filter_void_turns is True
+    assert config.seed == 7
+    assert config.train_envs == [EnvSpec("llmgym/FrozenLake-v0", 2, {"max_turns": 3})]
+    assert config.episodes_per_step == 2
+
+
+def test_saved_config_loads_back_identically(tmp_path: Path) -> None:
+    config = load_config(overrides=["rollout.group_size=4", "train_envs=llmgym/FrozenLake-v0:3"])
+    save_config(config, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == config
+
+
+def test_unknown_key_suggests_the_dotted_key() -> None:
+    with pytest.raises(UnknownOptionError, match=r"Unknown config key 'group_size'\. Did you mean 'rollout\.group_size'\?"):
+        load_config(overrides=["group_size=4"])
+    with pytest.raises(UnknownOptionError, match=r"'optim\.lrr'\. Did you mean 'optim\.lr'\?"):
+        load_config(overrides=["optim.lrr=1e-5"])
+    with pytest.raises(UnknownOptionError, match=r"Did you mean 'n_groups'\?"):
+        load_config(values={"train_envs": [{"id": "llmgym/FrozenLake-v0", "ngroups": 2}]})
+
+
+def test_closed_sets_and_ranges_are_checked_with_exact_messages() -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        load_config(overrides=["loss.aggregation=token_mean"])
+    assert str(info.value) == (
+        "loss.aggregation must be one of 'token-mean', 'seq-mean-token-sum', 'seq-mean-token-mean'; "
+        "got 'token_mean'. Did you mean 'token-mean'?"
+    )
+    with pytest.raises(InvalidOptionError, match=r"optim\.lr must be in \(0\.0, inf\]; got -1\.0\."):
+        load_config(overrides=["optim.lr=-1"])
+    with pytest.raises(InvalidOptionError, match="takes a number"):
+        load_config(overrides=["optim.lr=fast"])
+
+
+def test_grpo_with_group_size_one_is_rejected() -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        TrainConfig(algo="grpo", rollout=load_config(overrides=["algo=ppo", "rollout.group_size=1"]).rollout)
+    assert "rollout.group_size must be >= 2; got 1" in str(info.value)
+    assert load_config(overrides=["algo=reinforce_pp", "rollout.group_size=1"]).rollout.group_size == 1
+
+
+def test_every_field_is_documented_where_declared() -> None:
+    import dataclasses
+    import inspect
+    import typing
+
+    sections = [TrainConfig, EnvSpec] + [
+        hint for hint in typing.get_type_hints(TrainConfig).values() if dataclasses.is_dataclass(hint)
+    ]
+    for section in sections:
+        lines = [line.strip() for line in inspect.getsource(section).splitlines()]
+        for declared in dataclasses.fields(section):
+            index = next(i for i, line in enumerate(lines) if line.startswith(f"{declared.name}:"))
+            assert lines[index - 1].startswith("#:"), f"{section.__name__}.{declared.name} has no '#:' doc line"
+
+
+def test_cli_flags_build_an_env_mixture() -> None:
+    args = build_parser().parse_args(
+        ["--env", "llmgym/FrozenLake-v0:8", "--env", "llmgym/Sokoban-v0:4", "--algo", "ppo", "optim.lr=2e-5"]
+    )
+    config = config_from_args(args)
+    assert [(spec.id, spec.n_groups) for spec in config.train_envs] == [
+        ("llmgym/FrozenLake-v0", 8), ("llmgym/Sokoban-v0", 4)
+    ]
+    assert config.validation_envs == config.train_envs
+    assert config.optim.lr == pytest.approx(2e-5)
+
+
+def test_cli_rejects_a_bad_config_before_loading_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--env", "llmgym/FrozenLake-v0:x"]) == 2
+    assert "ID:N_GROUPS" in capsys.readouterr().err
+    assert main(["--algo", "grpo", "rollout.group_size=1", "--model", "/nonexistent"]) == 2
+    assert "group_size must be >= 2" in capsys.readouterr().err

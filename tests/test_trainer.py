@@ -1,0 +1,271 @@
+"""The update path on a real tiny model: gradient-accumulation invariance, and the trainer's run contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmgym_train.batching import Batch
+from llmgym_train.config import LossConfig
+from llmgym_train.policy import Policy
+from llmgym_train.testing import tiny_model, tiny_tokenizer
+from llmgym_train.update import accumulate_gradients
+from llmgym_train.value import ValueHead
+
+
+def _policy(with_value: bool) -> Policy:
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(len(tokenizer), hidden_size=32, num_layers=1, seed=3)
+    value_head = ValueHead(model.config.hidden_size) if with_value else None
+    if value_head is not None:
+        torch.nn.init.normal_(value_head.linear.weight, std=0.1)
+    return Policy(model, tokenizer, value_head, with_reference=False)
+
+
+def _batch(policy: Policy, size: int = 8) -> Batch:
+    generator = torch.Generator().manual_seed(11)
+    lengths = [5 + 3 * i for i in range(size)]  # different lengths: padding and token counts differ
+    width = max(lengths)
+    vocab = policy.model.config.vocab_size
+    input_ids = torch.zeros(size, width, dtype=torch.long)
+    attention_mask = torch.zeros(size, width, dtype=torch.long)
+    loss_mask = torch.zeros(size, width)
+    for row, length in enumerate(lengths):
+        input_ids[row, :length] = torch.randint(5, vocab, (length,), generator=generator)
+        attention_mask[row, :length] = 1
+        loss_mask[row, length // 2 : length] = 1
+    with torch.no_grad():
+        logprobs = policy.score(input_ids, attention_mask)["logprobs"]
+    noise = 0.3 * torch.randn(size, width, generator=generator)
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        old_logprobs=(logprobs + noise) * loss_mask,  # ratios away from 1: some tokens clip
+        token_rewards=torch.zeros(size, width),
+        rewards=torch.zeros(size),
+        group_ids=torch.zeros(size, dtype=torch.long),
+        advantages=torch.randn(size, width, generator=generator) * loss_mask,
+        returns=torch.randn(size, width, generator=generator) * loss_mask,
+        old_values=torch.randn(size, width, generator=generator) * 0.1 * loss_mask,
+    )
+
+
+def _gradients(policy: Policy, batch: Batch, micro_batch_size: int, loss: LossConfig, algo: str) -> torch.Tensor:
+    for parameter in policy.trainable_parameters():
+        parameter.grad = None
+    stats = accumulate_gradients(policy, batch, micro_batch_size, loss, algo)
+    assert stats["loss"] == stats["loss"], "loss must be finite"
+    return torch.cat([p.grad.flatten() for p in policy.trainable_parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_batch_8_accumulation_1_equals_batch_1_accumulation_8(aggregation: str, algo: str) -> None:
+    policy = _policy(with_value=algo == "ppo")
+    batch = _batch(policy)
+    loss = LossConfig(aggregation=aggregation, clip_low=0.2, clip_high=0.28)  # type: ignore[arg-type]
+    whole = _gradients(policy, batch, 8, loss, algo)
+    accumulated = _gradients(policy, batch, 1, loss, algo)
+    assert whole.abs().max() > 1e-4, "the test needs a nonzero gradient"
+    torch.testing.assert_close(accumulated, whole, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- the run contract
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+
+from llmgym.core import Outcome, TextEnv  # noqa: E402
+from llmgym.error import InvalidOptionError  # noqa: E402
+from llmgym_train.cli import main  # noqa: E402
+from llmgym_train.config import load_config  # noqa: E402
+from llmgym_train.testing import save_tiny_model  # noqa: E402
+from llmgym_train.trainer import CHECKPOINT_FILE, Trainer  # noqa: E402
+from test_learning import ENV_ID as ENV_ID_SAY  # noqa: E402
+from test_learning import first_character  # noqa: E402
+
+NAN_ENV_ID = "llmgym-test/NanReward-v0"
+
+
+class NanRewardEnv(TextEnv):
+    """One step whose reward is NaN: a broken reward function, as the trainer must survive it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_turns=1, action_parser=first_character, invalid_penalty=math.nan)
+
+    @property
+    def system_prompt(self) -> str:
+        return "Say anything."
+
+    def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return "go", {}
+
+    def _apply(self, action: str) -> Outcome:
+        return Outcome("done", reward=math.nan, terminated=True)
+
+    def _observe(self) -> str:
+        return "go"
+
+
+class GradedCharEnv(NanRewardEnv):
+    """One step rewarded by the first character's code, so every group has reward variance."""
+
+    def _apply(self, action: str) -> Outcome:
+        return Outcome("done", reward=(ord(action) % 7) / 7, terminated=True)
+
+
+GRADED_ENV_ID = "llmgym-test/GradedChar-v0"
+for env_id, entry_point in ((NAN_ENV_ID, NanRewardEnv), (GRADED_ENV_ID, GradedCharEnv)):
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=entry_point)
+
+
+def _config(tmp_path: Path, model: Path, output: str, steps: int, *extra: str) -> Any:
+    return load_config(overrides=[
+        f"model={model}", f"train_envs={GRADED_ENV_ID}:2", f"steps={steps}", f"output={tmp_path / output}",
+        "rollout.backend=hf", "rollout.group_size=4", "rollout.max_new_tokens=3", "rollout.max_model_len=64",
+        "optim.lr=0.01", "optim.minibatch_size=4", "optim.micro_batch_size=2", "optim.ppo_epochs=2",
+        "eval.disabled=true", "checkpoint_every=1", "progress=false", "threads=1", *extra,
+    ])
+
+
+def _run(config: Any, resume: bool = False) -> Any:
+    with Trainer(config, resume=resume) as trainer:
+        return trainer.train()
+
+
+def _state(path: Path) -> dict[str, Any]:
+    return torch.load(path / CHECKPOINT_FILE, weights_only=False)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_resumed_run_reaches_the_state_of_an_uninterrupted_one(tmp_path: Path, algo: str) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=1)
+    straight = _run(_config(tmp_path, model, "straight", 3, f"algo={algo}"))
+    first_half = _run(_config(tmp_path, model, "resumed", 2, f"algo={algo}"))
+    assert (straight.step, first_half.step) == (3, 2)
+    resumed = _run(_config(tmp_path, model, "resumed", 3, f"algo={algo}"), resume=True)
+    assert resumed.step == 3
+    expected, got = _state(tmp_path / "straight"), _state(tmp_path / "resumed")
+    assert got["step"] == expected["step"] == 3
+    for name, tensor in expected["policy"]["weights"].items():
+        torch.testing.assert_close(got["policy"]["weights"][name], tensor, rtol=0, atol=0, msg=name)
+    if algo == "ppo":
+        for name, tensor in expected["policy"]["value_head"].items():
+            torch.testing.assert_close(got["policy"]["value_head"][name], tensor, rtol=0, atol=0)
+    for index, moments in expected["optimizer"]["state"].items():
+        for key, value in moments.items():
+            torch.testing.assert_close(got["optimizer"]["state"][index][key], value, rtol=0, atol=0)
+    assert torch.equal(got["torch_rng"], expected["torch_rng"])
+    from safetensors.torch import load_file
+
+    initial = load_file(model / "model.safetensors")  # the weights moved: the comparison above is not vacuous
+    assert any(not torch.equal(initial[name], expected["policy"]["weights"][name]) for name in initial)
+    steps = [line for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 3, "metrics.jsonl of the resumed run holds each step once"
+
+
+def test_nan_loss_steps_are_skipped_counted_and_stop_the_run(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=2)
+    config = _config(tmp_path, model, "nan", 10, f"train_envs={NAN_ENV_ID}:2", "max_nan_steps=3")
+    with Trainer(config) as trainer:
+        before = {name: p.detach().clone() for name, p in trainer.policy.model.named_parameters()}
+        summary = trainer.train()
+        after = dict(trainer.policy.model.named_parameters())
+    assert not summary.completed
+    assert summary.step == 3 and summary.nan_steps == 3
+    assert "3 steps in a row with a non-finite loss" in summary.stop_reason
+    for name, tensor in before.items():
+        assert torch.equal(after[name].detach(), tensor), f"{name} changed although every step was skipped"
+
+
+def test_missing_model_fails_with_the_accepted_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(InvalidOptionError, match="Unknown model '/nonexistent/model'"):
+        Trainer(load_config(values={"model": "/nonexistent/model", "output": str(tmp_path / "out")}))
+    assert not (tmp_path / "out").exists(), "nothing is written before the model resolves"
+    code = main(["--model", str(tmp_path), "--output", str(tmp_path / "out2"), "eval.disabled=true"])
+    assert code == 1
+    assert "has no config.json" in capsys.readouterr().err
+
+
+class InterruptEnv(NanRewardEnv):
+    """Raises KeyboardInterrupt on its first step, as Ctrl-C in the middle of a rollout does."""
+
+    def _apply(self, action: str) -> Outcome:
+        raise KeyboardInterrupt
+
+
+INTERRUPT_ENV_ID = "llmgym-test/Interrupt-v0"
+if INTERRUPT_ENV_ID not in gym.registry:
+    gym.register(INTERRUPT_ENV_ID, entry_point=InterruptEnv)
+
+
+def test_interrupt_writes_checkpoint_and_curve(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=4)
+    summary = _run(_config(tmp_path, model, "interrupted", 5, f"train_envs={INTERRUPT_ENV_ID}:1"))
+    assert not summary.completed and summary.stop_reason == "interrupted"
+    assert summary.curve is not None and summary.curve.is_file()
+    assert (tmp_path / "interrupted" / CHECKPOINT_FILE).is_file()
+
+
+def test_mixture_with_filters_lora_and_kl_logs_per_env_metrics(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=5)
+    config = _config(
+        tmp_path, model, "mixture", 2,
+        f"train_envs=[{GRADED_ENV_ID}:2, {ENV_ID_SAY}:1]",
+        "loss.group_keep_fraction=0.5",
+        "loss.kl_coef=0.1", "loss.entropy_coef=0.01",
+        "model_options.lora=true", "model_options.lora_rank=4", "model_options.lora_target_modules=[q_proj, v_proj]",
+    )
+    with Trainer(config) as trainer:
+        base = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters() if "lora_" not in n}
+        summary = trainer.train()
+        changed_base = [n for n, p in trainer.policy.model.named_parameters() if n in base and not torch.equal(p, base[n])]
+        merged = dict(trainer.policy.export_weights())
+    assert summary.completed and summary.step == 2
+    assert changed_base == [], "LoRA must leave the base weights untouched"
+    assert not any("lora_" in name for name in merged) and "model.layers.0.self_attn.q_proj.weight" in merged
+    import json
+
+    records = [json.loads(line) for line in (tmp_path / "mixture" / "metrics.jsonl").read_text().splitlines()]
+    train = [record for record in records if record["kind"] == "train"]
+    assert len(train) == 2
+    for record in train:
+        assert f"success_rate/{GRADED_ENV_ID}" in record and f"success_rate/{ENV_ID_SAY}" in record
+        assert record["groups_dropped"] == 1  # 3 groups, keep ceil(0.5 * 3) = 2
+        assert record["samples"] == 8 and record["kl"] >= 0.0
+
+
+def test_void_turn_filter_drops_cut_off_generations(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=6)
+    # One token per turn: every generation is cut at the limit, so every sample is void.
+    config = _config(tmp_path, model, "void", 1, "loss.filter_void_turns=true", "rollout.max_new_tokens=1")
+    with Trainer(config) as trainer:
+        before = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
+        trainer.train()
+        unchanged = all(torch.equal(p, before[n]) for n, p in trainer.policy.model.named_parameters())
+    import json
+
+    record = json.loads((tmp_path / "void" / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["void_samples_dropped"] == 8 and record["samples"] == 0
+    assert unchanged, "no sample survived the filter, so no update may happen"
+
+
+def test_cli_runs_a_training_and_resumes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=7)
+    common = [
+        "--env", f"{ENV_ID_SAY}:2", "--model", str(model), "--algo", "reinforce_pp", "--output", str(tmp_path / "cli"),
+        "rollout.backend=hf", "rollout.group_size=2", "rollout.max_new_tokens=2", "rollout.max_model_len=64",
+        "eval.levels=4", "progress=false", "threads=1",
+    ]
+    assert main([*common, "--steps", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert f"eval success {ENV_ID_SAY}: before" in printed and "learning_curve.png" in printed
+    assert main([*common, "--steps", "2", "--resume"]) == 0
+    assert "finished at step 2" in capsys.readouterr().out
+    for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", CHECKPOINT_FILE):
+        assert (tmp_path / "cli" / name).is_file(), name
+    assert any((tmp_path / "cli" / "tensorboard").iterdir())
