@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Set up .venv (if needed) and run the main job.
+# Set up .venv (if needed) and run the main job: train the embedded SmolLM2-135M-Instruct
+# with GRPO on llmgym/FrozenLake-v0 for about 10 minutes on a CPU, then print the eval
+# success before and after and the path of the learning-curve plot.
+# Extra arguments go to scripts/demo_train.py, e.g. `bash scripts/demo.sh --minutes 3`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -m llmgym.play llmgym/FrozenLake-v0 --agent optimal --episodes 2
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
+exec .venv/bin/python scripts/demo_train.py "$@"
