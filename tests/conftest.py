@@ -1,0 +1,58 @@
+"""Shared fixtures: the embedded model, its tokenizer, one vLLM engine per session, the tiny model.
+
+Everything here is session-scoped and created on first use: a test session that does not
+ask for the vLLM engine never imports vLLM, and one that does starts it once (about 35 s on a
+2-core CPU) and shares it between all tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """The converted SmolLM2-135M-Instruct folder (converted once, then cached)."""
+    from llmgym_train.models import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def vllm_generator(smollm2_path: Path) -> Iterator[Any]:
+    """One in-process vLLM engine on SmolLM2 (bf16, 2048-token context) for the whole session.
+
+    Tests that change its weights must restore them before they end.
+    """
+    from llmgym_train.generation.vllm_backend import VllmGenerator
+
+    generator = VllmGenerator(smollm2_path, max_model_len=2048, dtype="bfloat16", seed=0)
+    yield generator
+    generator.close()
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer() -> Any:
+    """Character-level tokenizer with a Llama-3 style chat template (see ``llmgym_train.testing``)."""
+    from llmgym_train.testing import tiny_tokenizer as build
+
+    return build()
+
+
+@pytest.fixture()
+def random_tiny_model(char_tokenizer: Any) -> Any:
+    """A fresh randomly initialized tiny Llama over ``char_tokenizer``'s vocabulary (function-scoped: tests train it)."""
+    from llmgym_train.testing import tiny_model as build
+
+    return build(len(char_tokenizer), seed=0)

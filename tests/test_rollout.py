@@ -1,0 +1,211 @@
+"""Multi-turn rollout: token exactness, groups, sample layouts, context overflow, the agent API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from llmgym.error import InvalidOptionError
+from llmgym_train.agents import Agent, AgentConfig, AsyncEnv, EpisodeStart, GenerationRequest, get_agent, register_agent
+from llmgym_train.chat import ChatTokens
+from llmgym_train.data import Trajectory, make_samples
+from llmgym_train.generation import Completion, SamplingSpec
+from llmgym_train.generation.hf_backend import HfGenerator
+from llmgym_train.rollout import EnvMix, group_episodes, rollout
+
+FROZEN_LAKE = "llmgym/FrozenLake-v0"
+
+
+@pytest.fixture()
+def tiny_setup(random_tiny_model: Any, char_tokenizer: Any) -> tuple[HfGenerator, ChatTokens]:
+    return HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=1024), ChatTokens(char_tokenizer)
+
+
+def config(max_turns: int = 3, max_tokens: int = 12, context: int = 1024) -> AgentConfig:
+    return AgentConfig(
+        sampling=SamplingSpec(max_tokens=max_tokens, temperature=1.0),
+        max_turns=max_turns,
+        max_context_tokens=context,
+        sampling_seed=0,
+    )
+
+
+def assert_matches_rendering(chat: ChatTokens, trajectory: Trajectory) -> None:
+    """``token_ids`` equal the encoding of the rendered conversation, up to the template's closing suffix."""
+    expected = chat.encode(chat.render(trajectory.messages, add_generation_prompt=False))
+    assert trajectory.token_ids == expected[: len(trajectory.token_ids)]
+
+
+def is_canonical(chat: ChatTokens, trajectory: Trajectory) -> bool:
+    """Whether re-encoding the rendered text could give back the sampled tokens at all.
+
+    Sampling may produce a split of a text that the tokenizer would not choose, and a reply
+    that starts with whitespace merges with the template's newline before it when the whole
+    conversation is encoded. Such turns are exact as sampled, but no rendering reproduces them.
+    """
+    for turn in trajectory.turns:
+        tokens = trajectory.token_ids[turn.start : turn.end]
+        body = tokens[:-1] if turn.finish_reason == "stop" else tokens
+        text = chat.decode(body)
+        if chat.encode(text) != body or text != chat.tokenizer.decode(body) or text[:1].isspace():
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------- tiny model, hf backend
+def test_rollout_groups_masks_and_metrics(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    generator, chat = tiny_setup
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2)], group_size=3, seed=5)
+    result = rollout(generator, chat, episodes, config=config())
+    trajectories = result.trajectories
+    assert [t.group_id for t in trajectories] == [0, 0, 0, 1, 1, 1]
+    for group in (trajectories[:3], trajectories[3:]):
+        assert len({t.seed for t in group}) == 1
+        assert len({tuple(t.token_ids[: t.prompt_length]) for t in group}) == 1  # same level, same prompt
+    assert trajectories[0].token_ids[: trajectories[0].prompt_length] != trajectories[3].token_ids[: trajectories[3].prompt_length]
+    for trajectory in trajectories:
+        trajectory.check()
+        assert 1 <= len(trajectory.turns) <= 3
+        assert all(logprob < 0 for logprob, mask in zip(trajectory.behavior_logprobs, trajectory.loss_mask) if mask)
+    metrics = result.metrics
+    assert metrics["episodes"] == 6
+    assert metrics["mean_turns"] == sum(len(t.turns) for t in trajectories) / 6
+    assert metrics["tokens/generated"] == sum(sum(t.loss_mask) for t in trajectories)
+    assert metrics["invalid_action_rate"] > 0.9  # a random model does not write <answer>Up</answer>
+    assert metrics["time/generation_s"] > 0 and metrics["time/env_s"] > 0
+    assert metrics[f"env/{FROZEN_LAKE}/success_rate"] == metrics["success_rate"]
+
+
+def test_tiny_rollout_is_token_exact(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    generator, chat = tiny_setup
+    result = rollout(generator, chat, group_episodes([EnvMix(FROZEN_LAKE, n_groups=2)], 2, seed=1), config=config())
+    checked = [t for t in result.trajectories if is_canonical(chat, t)]
+    assert checked, "no trajectory to check"
+    for trajectory in checked:
+        assert_matches_rendering(chat, trajectory)
+
+
+def test_same_seed_same_rollout(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    generator, chat = tiny_setup
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=1)], group_size=2, seed=3)
+    first = rollout(generator, chat, episodes, config=config())
+    second = rollout(generator, chat, episodes, config=config())
+    assert [t.token_ids for t in first.trajectories] == [t.token_ids for t in second.trajectories]
+
+
+def test_context_overflow_ends_the_episode_and_is_counted(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    generator, chat = tiny_setup
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=1)], group_size=2, seed=0)
+    prompt_length = len(chat.prompt(*_first_observation(episodes[0])))
+    result = rollout(generator, chat, episodes, config=config(max_turns=10, max_tokens=8, context=prompt_length + 20))
+    for trajectory in result.trajectories:
+        assert trajectory.end_reason == "context_overflow" and trajectory.truncated
+        assert len(trajectory.token_ids) <= prompt_length + 20
+    assert result.metrics["context_overflow"] == 2
+
+
+def _first_observation(episode: EpisodeStart) -> tuple[str, str]:
+    import gymnasium as gym
+
+    observation, info = gym.make(episode.env_id).reset(seed=episode.seed)
+    return observation, info["system_prompt"]
+
+
+def test_sample_layouts(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    generator, chat = tiny_setup
+    trajectories = rollout(generator, chat, group_episodes([EnvMix(FROZEN_LAKE)], 2, seed=2), config=config()).trajectories
+    sequences = make_samples(trajectories, "sequence")
+    assert len(sequences) == len(trajectories)
+    for sample, trajectory in zip(sequences, trajectories, strict=True):
+        assert sample.token_ids == trajectory.token_ids and sample.loss_mask == trajectory.loss_mask
+        last_tokens = [turn.end - 1 for turn in trajectory.turns]
+        assert [i for i, r in enumerate(sample.token_rewards) if r] == [i for i in last_tokens if trajectory.turns[last_tokens.index(i)].reward]
+        assert sum(sample.token_rewards) == pytest.approx(trajectory.episode_return)
+
+    turns = make_samples(trajectories, "turn", history_turns=1)
+    assert len(turns) == sum(len(t.turns) for t in trajectories)
+    for sample in turns:
+        trajectory = trajectories[sample.episode_index]
+        turn = trajectory.turns[sample.turn_index]
+        generated = trajectory.token_ids[turn.start : turn.end]
+        assert sample.token_ids[-len(generated) :] == generated and sum(sample.loss_mask) == len(generated)
+        assert sample.token_ids[: trajectory.prompt_length] == trajectory.token_ids[: trajectory.prompt_length]
+        assert sample.reward == turn.reward and sample.token_rewards[-1] == turn.reward
+        assert sample.episode_return == trajectory.episode_return
+        # The window is a well-formed conversation: at most 2 assistant turns (history 1 + this one).
+        headers = chat.tokenizer.decode(sample.token_ids).count("<|start_header_id|>assistant")
+        assert headers == min(sample.turn_index, 1) + 1
+
+
+def test_math_multi_turn_agent_retries_the_same_problem(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    generator, chat = tiny_setup
+    episodes = group_episodes([EnvMix("llmgym/Math-Easy-v0")], 2, seed=0)
+    result = rollout(generator, chat, episodes, agent="math-multi-turn", config=config(max_turns=3))
+    for trajectory in result.trajectories:
+        assert not trajectory.success  # a random model does not solve equations
+        assert len(trajectory.turns) == 3
+        users = [m["content"] for m in trajectory.messages if m["role"] == "user"]
+        assert users[1:] == [get_agent("math-multi-turn").retry_message] * 2  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- the agent API
+class EchoTwiceAgent(Agent):
+    """A custom agent: asks for two completions per turn and acts with the second."""
+
+    async def collect_trajectory(
+        self,
+        prompt: EpisodeStart,
+        env: AsyncEnv,
+        obs_queue: asyncio.Queue[GenerationRequest | None],
+        act_queue: asyncio.Queue[Completion],
+    ) -> Trajectory:
+        observation, info = await env.reset(seed=prompt.seed, options=prompt.reset_options)
+        builder = self.new_builder(prompt, observation, info)
+        await self.generate(builder, obs_queue, act_queue)  # a draft, discarded
+        completion = await self.generate(builder, obs_queue, act_queue)
+        text = self.chat.decode(completion.token_ids)
+        _, reward, _, _, info = await env.step(text)
+        builder.add_generation(completion, text, float(reward), info)
+        return builder.build("max_turns")
+
+
+def test_registered_custom_agent_runs_by_name(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    register_agent("echo-twice", EchoTwiceAgent)
+    generator, chat = tiny_setup
+    result = rollout(generator, chat, group_episodes([EnvMix(FROZEN_LAKE)], 3, seed=0), agent="echo-twice", config=config())
+    assert all(len(t.turns) == 1 and t.end_reason == "max_turns" for t in result.trajectories)
+    for trajectory in result.trajectories:
+        trajectory.check()
+
+
+def test_unknown_agent_suggests_a_name() -> None:
+    with pytest.raises(InvalidOptionError, match="Did you mean 'chain'"):
+        get_agent("chian")
+
+
+def test_registering_a_non_agent_fails() -> None:
+    with pytest.raises(TypeError, match="subclass"):
+        register_agent("bad", dict)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- SmolLM2 on vLLM
+@pytest.mark.vllm
+def test_smollm2_vllm_rollout_is_token_exact(vllm_generator: Any, smollm2_tokenizer: Any) -> None:
+    chat = ChatTokens(smollm2_tokenizer)
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=4)], group_size=2, seed=0)
+    agent_config = AgentConfig(
+        sampling=SamplingSpec(max_tokens=48, temperature=1.0), max_turns=3, max_context_tokens=2048, sampling_seed=0
+    )
+    result = rollout(vllm_generator, chat, episodes, config=agent_config)
+    checked = [t for t in result.trajectories if is_canonical(chat, t)]
+    assert len(checked) >= len(result.trajectories) // 2
+    for trajectory in result.trajectories:
+        trajectory.check()
+        for turn in trajectory.turns:
+            generated = trajectory.token_ids[turn.start : turn.end]
+            assert (generated[-1] == chat.end_of_turn_ids[0]) == (turn.finish_reason == "stop")
+    for trajectory in checked:
+        assert_matches_rendering(chat, trajectory)
+    assert sum(len(t.turns) > 1 for t in checked) >= 1  # multi-turn cases were checked
