@@ -113,10 +113,14 @@ def test_writing_outside_the_working_directory_is_refused(env, sandbox):
     _isolated(sandbox)
     name = f"llmgym-escape-{uuid.uuid4().hex}"
     outside, host_tmp = Path(__file__).resolve().parent / name, Path("/tmp") / name
+    system = Path("/etc") / name  # exists in the sandbox too, and belongs to root
     code = (f"open({str(host_tmp)!r}, 'w').write('x')\n"  # lands in the sandbox's private tmpfs
-            f"open({str(outside)!r}, 'w').write('x')\n")
+            f"try:\n    open({str(outside)!r}, 'w').write('x')\nexcept OSError as error:\n    print(error)\n"
+            f"open({str(system)!r}, 'w').write('x')\n")
     _assert_contained(env, code, r"PermissionError|Permission denied")
-    assert not outside.exists() and not host_tmp.exists()
+    # Under /tmp the repo is hidden by the sandbox's private tmpfs (FileNotFoundError); elsewhere
+    # the unprivileged uid may not write there (PermissionError). Either way nothing lands.
+    assert not outside.exists() and not host_tmp.exists() and not system.exists()
 
 
 def test_parent_environment_variables_are_invisible(env, sandbox, monkeypatch):
