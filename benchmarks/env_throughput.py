@@ -22,17 +22,21 @@ Usage: ``python -m benchmarks.env_throughput [--ids ID [ID ...]] [--quick]``. Wr
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import statistics
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 import llmgym
-from benchmarks.common import markdown_table, write_result
+from benchmarks.common import RESULTS_DIR, markdown_table, write_result
 from llmgym.core import TextEnv
 
 #: Ids also measured through ``gym.make``'s wrappers, to show what they cost.
@@ -134,10 +138,22 @@ def measure(env_id: str, wrapped: bool, repeats: int, min_seconds: float) -> dic
     }
 
 
+def vector_figures_in_child(quick: bool) -> dict[str, Any]:
+    """Run ``benchmarks.vector_throughput`` in a child process (all cores) and return its figures."""
+    command = [sys.executable, "-m", "benchmarks.vector_throughput"] + (["--repeats", "3"] if quick else [])
+    every_core = range(os.cpu_count() or 1)
+    subprocess.run(command, check=True, cwd=Path(__file__).resolve().parent.parent,
+                   preexec_fn=lambda: os.sched_setaffinity(0, every_core))
+    payload = json.loads((RESULTS_DIR / "vector_throughput.json").read_text())
+    return {key: payload[key] for key in ("env_id", "num_envs", "num_workers", "figures", "ratios", "targets")
+            if key in payload}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ids", nargs="+", default=None, help="env ids (default: every registered id)")
     parser.add_argument("--quick", action="store_true", help="3 short repetitions instead of 5")
+    parser.add_argument("--no-vector", action="store_true", help="skip the vector-env figures (256 Sokoban-v0 envs)")
     args = parser.parse_args(argv)
     env_ids = args.ids or llmgym.env_ids()
     repeats, min_seconds = (3, 0.05) if args.quick else (5, 0.3)
@@ -149,12 +165,16 @@ def main(argv: list[str] | None = None) -> None:
         if env_id in WRAPPED_IDS:
             wrapped[env_id] = measure(env_id, wrapped=True, repeats=repeats, min_seconds=min_seconds)
         print(f"{env_id}: {results[env_id]}", flush=True)
+    # The vector figures need every core, and this process is pinned to one: measure them in a
+    # child process (benchmarks/vector_throughput.py) and keep its figures beside ours.
+    vector = None if args.no_vector else vector_figures_in_child(args.quick)
     path = write_result(
         "env_throughput",
         {
             "settings": {"repeats": repeats, "min_seconds": min_seconds, "core": core, "quick": args.quick},
             "unwrapped": results,
             "gym_make_wrapped": wrapped,
+            "vector": vector,
         },
     )
     rows = [
