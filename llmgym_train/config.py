@@ -33,6 +33,7 @@ Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
 Layout = Literal["sequence", "turn"]
 DType = Literal["auto", "float32", "bfloat16"]
+Autocast = Literal["auto", "bfloat16", "off"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 
 
@@ -67,6 +68,13 @@ class EnvSpec:
     n_groups: int = 1
     #: Keyword arguments for ``gymnasium.make`` (e.g. ``{max_turns: 3}``); unknown ones fail at make.
     options: dict[str, Any] = field(default_factory=dict)
+    #: What metrics call this entry (``success_rate/NAME``); empty: the id. Entries that share
+    #: an id with different options need distinct names.
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
@@ -223,6 +231,10 @@ class ModelConfig:
 
     #: Parameter dtype: ``auto`` is bfloat16 on GPU, float32 on CPU.
     dtype: DType = "auto"
+    #: Matmuls of float32 parameters in bfloat16 (torch autocast), weights and optimizer kept in
+    #: float32. ``auto``: on a CPU with native bfloat16 (AVX512-BF16 or AMX), where it is about
+    #: twice as fast; ``bfloat16`` always; ``off`` never.
+    autocast: Autocast = "auto"
     #: Recompute activations in the backward pass: less memory for about a third more compute (for GPUs).
     gradient_checkpointing: bool = False
     #: Train LoRA adapters (peft) instead of all weights.
@@ -238,6 +250,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check_choice("model_options", "dtype", self.dtype, DType)
+        _check_choice("model_options", "autocast", self.autocast, Autocast)
         _check_range("model_options", "lora_rank", self.lora_rank, 1)
 
 
@@ -301,6 +314,14 @@ class TrainConfig:
                 "loss.group_keep_fraction < 1 ranks groups by reward std, which needs rollout.group_size >= 2; "
                 f"got group_size {self.rollout.group_size}."
             )
+        for section in ("train_envs", "eval_envs"):
+            labels = [spec.label for spec in getattr(self, section)]
+            repeated = sorted({label for label in labels if labels.count(label) > 1})
+            if repeated:
+                raise InvalidOptionError(
+                    f"{section} has more than one entry called {repeated[0]!r}; give each a distinct name, "
+                    f"e.g. {{id: {repeated[0]}, name: lake-2x2, options: {{size: 2}}}}."
+                )
         batch = self.episodes_per_step
         if self.optim.minibatch_size and self.rollout.layout == "sequence" and self.optim.minibatch_size > batch:
             raise InvalidOptionError(
@@ -402,8 +423,9 @@ def _env_spec(item: Any, key: str) -> EnvSpec:
             id=item.get("id", ""),
             n_groups=_coerce(item.get("n_groups", 1), int, f"{key}.n_groups"),
             options=_coerce(item.get("options", {}), dict[str, Any], f"{key}.options"),
+            name=_coerce(item.get("name", ""), str, f"{key}.name"),
         )
-    raise InvalidOptionError(f"An entry of {key} is 'ID[:N_GROUPS]' or {{id, n_groups, options}}; got {item!r}.")
+    raise InvalidOptionError(f"An entry of {key} is 'ID[:N_GROUPS]' or {{id, n_groups, options, name}}; got {item!r}.")
 
 
 def _parse_yaml(text: str) -> Any:

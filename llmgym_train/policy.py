@@ -36,10 +36,20 @@ class Policy:
         tokenizer: its tokenizer (gives the pad id).
         value_head: PPO's critic head, or ``None``.
         with_reference: keep a frozen reference for the KL term.
+        autocast: run the forward passes under CPU autocast to this dtype (see :func:`choose_autocast`).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, value_head: ValueHead | None, with_reference: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        value_head: ValueHead | None,
+        with_reference: bool,
+        autocast: torch.dtype | None = None,
+    ) -> None:
         self.model = model
+        self.autocast = autocast
+        self._selective_head = _has_plain_head(model)
         self.tokenizer = tokenizer
         self.value_head = value_head
         self.is_lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
@@ -62,7 +72,8 @@ class Policy:
         if options.lora:
             model = _with_lora(model, options)
         value_head = ValueHead(model.config.hidden_size) if with_value else None
-        return cls(model, tokenizer, value_head, with_reference)
+        autocast = choose_autocast(options.autocast, choose_dtype(options.dtype))
+        return cls(model, tokenizer, value_head, with_reference, autocast)
 
     # ------------------------------------------------------------------ training side
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -79,6 +90,7 @@ class Policy:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         *,
+        positions: torch.Tensor | None = None,
         values: bool = False,
         entropy: bool = False,
         entropy_grad: bool = False,
@@ -91,27 +103,56 @@ class Policy:
         Args:
             input_ids: ``(B, T)`` right-padded.
             attention_mask: ``(B, T)``.
+            positions: ``(B, T)``, nonzero at the tokens whose logprob (and entropy) is wanted,
+                usually the generated ones; elsewhere both read 0. The LM head, a fifth of a
+                small model's compute and most of its activation memory, then runs only there.
+                ``None``: every position.
         """
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=values)
-        result = {"logprobs": _shift_logprobs(outputs.logits, input_ids)}  # (B, T)
-        if entropy:  # (B, T); with a gradient only when an entropy bonus is trained
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                result["entropy"] = torch.nn.functional.pad(entropy_from_logits(outputs.logits[:, :-1]), (1, 0))
-        if values:
-            assert self.value_head is not None, "values requested from a policy without a value head"
-            result["values"] = self.value_head(outputs.hidden_states[-1])  # (B, T)
+        with self._autocast():
+            hidden, logits, wanted = self._forward(self.model, input_ids, attention_mask, positions)
+            result = {"logprobs": _place(token_logprobs(logits, input_ids[:, 1:][wanted]), wanted)}  # (B, T)
+            if entropy:  # (B, T); with a gradient only when an entropy bonus is trained
+                with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                    result["entropy"] = _place(entropy_from_logits(logits), wanted)
+            if values:
+                assert self.value_head is not None, "values requested from a policy without a value head"
+                result["values"] = self.value_head(hidden.float())  # (B, T)
         return result
 
     @torch.no_grad()
-    def reference_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``(B, T)`` logprobs under the frozen reference (the base model with LoRA off)."""
-        if self.is_lora:
-            with self.model.disable_adapter():
-                logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+    def reference_logprobs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``(B, T)`` logprobs under the frozen reference (the base model with LoRA off); see :meth:`score`."""
+        with self._autocast():
+            if self.is_lora:
+                with self.model.disable_adapter():
+                    _, logits, wanted = self._forward(self.model, input_ids, attention_mask, positions)
+            else:
+                assert self.reference is not None, "reference logprobs need with_reference=True"
+                _, logits, wanted = self._forward(self.reference, input_ids, attention_mask, positions)
+            return _place(token_logprobs(logits, input_ids[:, 1:][wanted]), wanted)
+
+    def _autocast(self) -> Any:
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast is not None)
+
+    def _forward(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Final hidden states ``(B, T, H)``, the logits that predict the wanted tokens ``(N, V)``, and ``wanted`` ``(B, T-1)``.
+
+        ``wanted[:, t]`` marks token ``t + 1``, predicted by position ``t``.
+        """
+        batch, width = input_ids.shape
+        if positions is None:
+            wanted = torch.ones((batch, width - 1), dtype=torch.bool, device=input_ids.device)
         else:
-            assert self.reference is not None, "reference logprobs need with_reference=True"
-            logits = self.reference(input_ids=input_ids, attention_mask=attention_mask).logits
-        return _shift_logprobs(logits, input_ids)
+            wanted = positions[:, 1:].bool()
+        if self._selective_head:
+            hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return hidden, model.get_output_embeddings()(hidden[:, :-1][wanted]), wanted
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        return outputs.hidden_states[-1], outputs.logits[:, :-1][wanted], wanted
 
     # ------------------------------------------------------------------ generator side
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -162,9 +203,37 @@ class Policy:
             torch.save(self.value_head.state_dict(), Path(folder) / "value_head.pt")
 
 
-def _shift_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    shifted = token_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
-    return torch.nn.functional.pad(shifted, (1, 0))  # (B, T)
+def _place(picked: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """Per-token values ``(N,)`` at ``wanted`` ``(B, T-1)`` -> ``(B, T)`` aligned to tokens, 0 elsewhere."""
+    placed = picked.new_zeros(wanted.shape)
+    placed[wanted] = picked
+    return torch.nn.functional.pad(placed, (1, 0))
+
+
+def _has_plain_head(model: Any) -> bool:
+    """Whether logits are exactly ``lm_head(decoder(...))``, so the head can run on chosen positions only."""
+    config = getattr(model, "config", None)
+    return (
+        callable(getattr(model, "get_decoder", None))
+        and model.get_output_embeddings() is not None
+        and not getattr(config, "final_logit_softcapping", None)
+        and getattr(config, "logit_scale", None) in (None, 1.0)
+    )
+
+
+def choose_autocast(name: str, parameter_dtype: torch.dtype) -> torch.dtype | None:
+    """The autocast dtype for ``model_options.autocast`` (``None``: no autocast).
+
+    ``auto`` turns bfloat16 autocast on for float32 parameters on a CPU with native bfloat16
+    (AVX512-BF16 or AMX), where matmuls run about twice as fast; GPUs train in bfloat16
+    parameters already.
+    """
+    if name == "off" or parameter_dtype != torch.float32:
+        return None
+    if name == "bfloat16":
+        return torch.bfloat16
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return torch.bfloat16 if native and not torch.cuda.is_available() else None
 
 
 def _with_lora(model: Any, options: ModelConfig) -> Any:

@@ -38,13 +38,13 @@ def score_batch(policy: Policy, batch: Batch, micro_batch_size: int, *, values: 
     width = batch.input_ids.shape[1]
     pieces: dict[str, list[torch.Tensor]] = {"logprobs": [], "values": [], "ref_logprobs": []}
     for micro in micro_batches(batch, micro_batch_size):
-        scored = policy.score(micro.input_ids, micro.attention_mask, values=values)
+        scored = policy.score(micro.input_ids, micro.attention_mask, positions=micro.loss_mask, values=values)
         pad = width - micro.input_ids.shape[1]
         pieces["logprobs"].append(torch.nn.functional.pad(scored["logprobs"].float(), (0, pad)))
         if values:
             pieces["values"].append(torch.nn.functional.pad(scored["values"].float(), (0, pad)))
         if reference:
-            ref = policy.reference_logprobs(micro.input_ids, micro.attention_mask).float()
+            ref = policy.reference_logprobs(micro.input_ids, micro.attention_mask, micro.loss_mask).float()
             pieces["ref_logprobs"].append(torch.nn.functional.pad(ref, (0, pad)))
     return {name: torch.cat(parts) for name, parts in pieces.items() if parts}
 
@@ -54,7 +54,8 @@ def micro_batch_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one micro-batch, already divided by the minibatch's ``divisor``."""
     scored = policy.score(
-        micro.input_ids, micro.attention_mask, values=algo == "ppo", entropy=True, entropy_grad=loss.entropy_coef > 0
+        micro.input_ids, micro.attention_mask, positions=micro.loss_mask, values=algo == "ppo", entropy=True,
+        entropy_grad=loss.entropy_coef > 0,
     )
     mask = micro.loss_mask  # (B, T)
     assert micro.advantages is not None, "advantages must be computed before the update"

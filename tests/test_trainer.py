@@ -71,6 +71,29 @@ def test_batch_8_accumulation_1_equals_batch_1_accumulation_8(aggregation: str, 
     torch.testing.assert_close(accumulated, whole, rtol=1e-4, atol=1e-6)
 
 
+
+def test_scoring_only_the_generated_positions_matches_the_full_lm_head() -> None:
+    policy = _policy(with_value=False)
+    assert policy._selective_head, "a Llama's logits are lm_head(decoder(...)): the head can be restricted"
+    batch = _batch(policy)
+    selective = policy.score(batch.input_ids, batch.attention_mask, positions=batch.loss_mask, entropy=True)
+    policy._selective_head = False  # the plain forward: logits at every position
+    full = policy.score(batch.input_ids, batch.attention_mask, entropy=True)
+    for name in ("logprobs", "entropy"):
+        torch.testing.assert_close(selective[name], full[name] * batch.loss_mask)
+    assert (full["logprobs"] * (1 - batch.loss_mask)).abs().sum() > 0, "the full pass scores the prompt too"
+
+
+def test_autocast_choice() -> None:
+    from llmgym_train.policy import choose_autocast
+
+    assert choose_autocast("off", torch.float32) is None
+    assert choose_autocast("bfloat16", torch.float32) is torch.bfloat16
+    assert choose_autocast("auto", torch.bfloat16) is None, "bfloat16 parameters need no autocast"
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert choose_autocast("auto", torch.float32) is (torch.bfloat16 if native else None)
+
+
 # ---------------------------------------------------------------------- the run contract
 import math  # noqa: E402
 from pathlib import Path  # noqa: E402
