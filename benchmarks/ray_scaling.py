@@ -15,7 +15,7 @@ Two figures, each as a ratio "2 actors over 1 actor" measured in the same run:
 Both configurations get the machine's whole CPU budget, so the ratio isolates what splitting
 the work over actors gives: on one 2-core machine that is the parallelism the single actor
 did not already use, minus the actors' overhead. On N machines each actor brings its own
-cores, which is where the scaling is (see docs/distributed.md).
+cores, which is where the scaling is (see the README's "Scale-out on Ray").
 
 Usage: ``python -m benchmarks.ray_scaling [--backend hf|vllm] [--episodes 8] [--repeats 5]``.
 Writes ``benchmarks/results/ray_scaling.json`` and prints a Markdown table.

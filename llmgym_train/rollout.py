@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from llmgym_train.agents import AgentConfig, AsyncEnv, EnvTimer, EpisodeStart, GenerationRequest, get_agent
+from llmgym_train.agents.base import BackendEnv
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
 from llmgym_train.generation.base import Completion, Generator, StreamingGenerator
@@ -45,6 +46,12 @@ class EnvGroups(Protocol):
     id: str
     n_groups: int
     options: dict[str, Any]
+
+
+class EnvWorkers(Protocol):
+    """Hosts a rollout's envs elsewhere (Ray actors): one env per episode, with ``AsyncEnv``'s calls."""
+
+    def envs(self, episodes: Sequence[EpisodeStart], timer: EnvTimer) -> list[BackendEnv]: ...
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ def rollout(
     agent: str = "chain",
     config: AgentConfig | None = None,
     max_batch_wait: float = 0.05,
+    env_workers: EnvWorkers | None = None,
 ) -> RolloutResult:
     """Play ``episodes`` with the registered ``agent`` on ``generator``; blocking.
 
@@ -116,8 +124,13 @@ def rollout(
         config: sampling, turn limit, context length (default: ``AgentConfig()`` with the
             generator's ``max_model_len``).
         max_batch_wait: batch-only generators: longest wait for more requests before a batch.
+        env_workers: where the envs live (e.g. Ray actors, see
+            :class:`llmgym_train.distributed.RayEnvWorkers`); ``None``: in this process, each
+            call on a worker thread.
     """
-    return asyncio.run(arollout(generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait))
+    return asyncio.run(arollout(
+        generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait, env_workers=env_workers
+    ))
 
 
 async def arollout(
@@ -128,6 +141,7 @@ async def arollout(
     agent: str = "chain",
     config: AgentConfig | None = None,
     max_batch_wait: float = 0.05,
+    env_workers: EnvWorkers | None = None,
 ) -> RolloutResult:
     """:func:`rollout` inside a running event loop."""
     agent_cls = get_agent(agent)
@@ -139,7 +153,10 @@ async def arollout(
         )
     started = time.perf_counter()
     env_timer, timing = EnvTimer(), _Timing()
-    envs = [AsyncEnv(gym.make(episode.env_id, **episode.env_kwargs), env_timer) for episode in episodes]
+    if env_workers is None or agent_cls.needs_local_env:
+        envs: list[Any] = [AsyncEnv(gym.make(episode.env_id, **episode.env_kwargs), env_timer) for episode in episodes]
+    else:
+        envs = env_workers.envs(episodes, env_timer)
     obs_queue: asyncio.Queue[GenerationRequest | None] = asyncio.Queue()
     act_queues: dict[int, asyncio.Queue[Completion]] = {episode.episode_index: asyncio.Queue() for episode in episodes}
     if len(act_queues) != len(episodes):

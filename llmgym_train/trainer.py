@@ -100,7 +100,13 @@ class Trainer:
         else:
             torch.manual_seed(config.seed)
             (self.output / "metrics.jsonl").unlink(missing_ok=True)
-        self.generator = self._make_generator()
+        self.env_workers = self._make_env_workers()
+        try:
+            self.generator = self._make_generator()
+        except BaseException:
+            if self.env_workers is not None:
+                self.env_workers.close()
+            raise
         self.log = RunLog(self.output, config.steps, progress=config.progress, start_step=self.step)
 
     # ------------------------------------------------------------------ lifecycle
@@ -115,6 +121,17 @@ class Trainer:
         if self.generator is not None:
             self.generator.close()
             self.generator = None
+        if self.env_workers is not None:
+            self.env_workers.close()
+            self.env_workers = None
+
+    def _make_env_workers(self) -> Any:
+        distributed = self.config.distributed
+        if not (distributed.enabled and distributed.num_env_workers):
+            return None
+        from llmgym_train.distributed import RayEnvWorkers
+
+        return RayEnvWorkers.from_config(distributed)
 
     def _make_generator(self) -> Any:
         rollout = self.config.rollout
@@ -194,18 +211,20 @@ class Trainer:
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, Any]]:
         """Play this step's training episodes: each env's groups, group members on one level."""
         starts: list[EpisodeStart] = []
+        labels: list[str] = []
         group = 0
         for env_index, spec in enumerate(self.config.train_envs):
             level_seeds = _seeds(self.config.seed, step, env_index, count=spec.n_groups)
             for level_seed in level_seeds:
                 for _ in range(self.config.rollout.group_size):
                     starts.append(EpisodeStart(len(starts), spec.id, int(level_seed), group, dict(spec.options)))
+                    labels.append(spec.label)
                 group += 1
         rollout = self.config.rollout
         sampling = SamplingSpec(max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
         sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
         trajectories, timing = self._play(starts, sampling, sampling_seed)
-        return trajectories, {**_episode_metrics(trajectories, self.config.train_envs), **timing}
+        return trajectories, {**_episode_metrics(trajectories, labels), **timing}
 
     def _play(
         self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None
@@ -217,7 +236,9 @@ class Trainer:
             max_context_tokens=rollout.max_model_len,
             sampling_seed=sampling_seed,
         )
-        result = run_rollout(self.generator, self.chat, starts, agent=rollout.agent, config=agent_config)
+        result = run_rollout(
+            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_workers=self.env_workers
+        )
         timing = {key: value for key, value in result.metrics.items() if key.startswith(("time/", "tokens/"))}
         timing["cut_turn_rate"] = result.metrics.get("cut_turn_rate", 0.0)
         return result.trajectories, timing
@@ -303,14 +324,16 @@ class Trainer:
         if self.config.eval.disabled:
             return {}
         starts: list[EpisodeStart] = []
+        labels: list[str] = []
         for spec in self.config.validation_envs:
             for seed, options in eval_levels(spec.id, self.config.eval.levels, self.config.eval.use_eval_set):
                 starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
+                labels.append(spec.label)
         max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
         trajectories, _ = self._play(starts, SamplingSpec(max_tokens=max_tokens, temperature=0.0), None)
-        metrics = _episode_metrics(trajectories, self.config.validation_envs)
+        metrics = _episode_metrics(trajectories, labels)
         self.log.log(self.step, "eval", metrics)
-        return {spec.id: metrics[f"success_rate/{spec.id}"] for spec in self.config.validation_envs}
+        return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in self.config.validation_envs}
 
     def _last_eval_success(self) -> float | None:
         evals = [r for r in self.log.records if r["kind"] == "eval"]
@@ -375,14 +398,11 @@ def _seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:
     return np.random.SeedSequence([seed, step, stream]).generate_state(count, dtype=np.uint64) % (2**63 - 1)
 
 
-def _episode_metrics(trajectories: list[Trajectory], envs: list[EnvSpec]) -> dict[str, Any]:
-    """Success rate, mean return, turns, invalid-action rate and tokens, overall and per env."""
+def _episode_metrics(trajectories: list[Trajectory], labels: list[str]) -> dict[str, Any]:
+    """Success rate, mean return, turns, invalid-action rate and tokens, overall and per env (``labels[i]``: trajectory i's)."""
     metrics = _summary(trajectories, "")
-    if len({spec.id for spec in envs}) > 1:
-        for env_id in sorted({spec.id for spec in envs}):
-            metrics.update(_summary([t for t in trajectories if t.env_id == env_id], f"/{env_id}"))
-    else:
-        metrics.update({f"{key}/{envs[0].id}": value for key, value in _summary(trajectories, "").items()})
+    for label in sorted(set(labels)):
+        metrics.update(_summary([t for t, own in zip(trajectories, labels, strict=True) if own == label], f"/{label}"))
     # Two-player games report the agent's seat (llmgym.multiagent): metrics per seat, e.g. player_0/reward_mean.
     for seat in sorted({str(t.info["agent_seat"]) for t in trajectories if "agent_seat" in t.info}):
         members = [t for t in trajectories if t.info.get("agent_seat") == seat]

@@ -25,6 +25,11 @@ def micro_batches(batch: Batch, size: int) -> Iterator[Batch]:
         yield batch.select(torch.arange(start, min(start + size, len(batch))))
 
 
+def by_length(batch: Batch) -> torch.Tensor:
+    """The order of ``batch``'s rows from longest to shortest: chunks of it carry the least padding."""
+    return torch.argsort(batch.attention_mask.sum(dim=1), descending=True, stable=True)
+
+
 def normalizer(batch: Batch, aggregation: str) -> float:
     """The divisor that makes micro-batch losses add up to the minibatch's loss."""
     if aggregation == "token-mean":
@@ -36,8 +41,9 @@ def normalizer(batch: Batch, aggregation: str) -> float:
 def score_batch(policy: Policy, batch: Batch, micro_batch_size: int, *, values: bool, reference: bool) -> dict[str, torch.Tensor]:
     """Logprobs (and values, reference logprobs) of every sample under the current weights, ``(B, T)``."""
     width = batch.input_ids.shape[1]
+    order = by_length(batch)
     pieces: dict[str, list[torch.Tensor]] = {"logprobs": [], "values": [], "ref_logprobs": []}
-    for micro in micro_batches(batch, micro_batch_size):
+    for micro in micro_batches(batch.select(order), micro_batch_size):
         scored = policy.score(micro.input_ids, micro.attention_mask, positions=micro.loss_mask, values=values)
         pad = width - micro.input_ids.shape[1]
         pieces["logprobs"].append(torch.nn.functional.pad(scored["logprobs"].float(), (0, pad)))
@@ -46,7 +52,8 @@ def score_batch(policy: Policy, batch: Batch, micro_batch_size: int, *, values: 
         if reference:
             ref = policy.reference_logprobs(micro.input_ids, micro.attention_mask, micro.loss_mask).float()
             pieces["ref_logprobs"].append(torch.nn.functional.pad(ref, (0, pad)))
-    return {name: torch.cat(parts) for name, parts in pieces.items() if parts}
+    restore = torch.argsort(order)
+    return {name: torch.cat(parts)[restore] for name, parts in pieces.items() if parts}
 
 
 def micro_batch_loss(
@@ -94,7 +101,9 @@ def accumulate_gradients(
     """
     divisor = normalizer(minibatch, loss.aggregation)
     totals: dict[str, float] = {}
-    for micro in micro_batches(minibatch, micro_batch_size):
+    # The split does not change the gradient (see the module docstring), so cut it where
+    # lengths are alike: right padding costs as much compute as real tokens.
+    for micro in micro_batches(minibatch.select(by_length(minibatch)), micro_batch_size):
         micro_loss, stats = micro_batch_loss(policy, micro, loss, algo, divisor)
         if not torch.isfinite(micro_loss):
             return {"loss": math.nan}

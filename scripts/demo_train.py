@@ -28,7 +28,10 @@ PRESET = [
     "train_envs=[{id: llmgym/FrozenLake-v0, n_groups: 2, options: {size: 2, max_turns: 3, action_parser: lenient}}]",
     "rollout.backend=vllm",
     "rollout.group_size=8",
-    "rollout.max_new_tokens=24",
+    # Six tokens hold one move ("Right-action:" and the like). With longer turns the model
+    # rambles and the move it names last is close to random: sampled success then rises
+    # while the greedy answer never settles on a move.
+    "rollout.max_new_tokens=6",
     "rollout.max_model_len=512",
     "optim.lr=1e-4",
     "optim.micro_batch_size=8",

@@ -100,6 +100,12 @@ def test_hf_backend_update_weights_copies_in_place(random_tiny_model: Any, char_
     generator.update_weights(other.named_parameters())
     assert random_tiny_model.model.embed_tokens.weight is embed
     assert torch.equal(embed, other.model.embed_tokens.weight)
+    # A state dict names a tied weight twice (lm_head and the embedding): both names are accepted.
+    third = tiny_model(len(char_tokenizer), seed=8)
+    tied = tiny_model(len(char_tokenizer), seed=9)
+    assert "lm_head.weight" in third.state_dict() and "lm_head.weight" not in dict(tied.named_parameters())
+    HfGenerator(tied, tokenizer=char_tokenizer).update_weights(third.state_dict().items())
+    assert torch.equal(tied.lm_head.weight, third.model.embed_tokens.weight)
 
 
 # ---------------------------------------------------------------------- vllm backend

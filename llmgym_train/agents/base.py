@@ -16,8 +16,10 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, SupportsFloat, TypeVar
+from typing import Any, ClassVar, NamedTuple, SupportsFloat, TypeVar
 
+from llmgym.error import SubEnvError, WorkerDiedError
+from llmgym.vector.backends import BackendFailure, Failure, Op
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import EndReason, Trajectory, Turn
 from llmgym_train.generation.base import Completion, SamplingSpec
@@ -120,6 +122,56 @@ class AsyncEnv:
         self.env.close()
 
 
+class BackendEnv:
+    """One sub-env of a vector-env backend (Ray actors, worker processes), with :class:`AsyncEnv`'s calls.
+
+    The backend owns the env and outlives the episode, so :meth:`close` leaves it alone. A
+    sub-env's exception comes back as :class:`~llmgym.error.SubEnvError` and a lost worker as
+    :class:`~llmgym.error.WorkerDiedError`, each naming the episode's env, seed and index.
+
+    Arguments:
+        backend: a started backend (``run`` / ``arun`` of :class:`~llmgym.vector.backends.Op`).
+        index: the sub-env's index in the backend.
+        start: the episode it plays (for error messages).
+    """
+
+    def __init__(self, backend: Any, index: int, start: EpisodeStart, timer: EnvTimer | None = None) -> None:
+        self.backend = backend
+        self.index = index
+        self.start = start
+        self.timer = timer if timer is not None else EnvTimer()
+
+    async def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        return await self._run(Op("reset", self.index, (seed, options)))
+
+    async def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        return await self._run(Op("step", self.index, (action,)))
+
+    async def _run(self, op: Op) -> Any:
+        where = f"episode {self.start.episode_index} ({self.start.env_id}, seed {self.start.seed})"
+        started = time.perf_counter()
+        try:
+            [result] = await self.backend.arun([op])
+        except BackendFailure as failure:
+            raise WorkerDiedError(
+                f"The env worker of {where} was lost during {op.kind}: {failure.detail}",
+                index=self.start.episode_index, seed=self.start.seed,
+            ) from None
+        finally:
+            self.timer.seconds += time.perf_counter() - started
+            self.timer.calls += 1
+        if isinstance(result, Failure):
+            error = WorkerDiedError if result.error_type == "WorkerDiedError" else SubEnvError
+            raise error(
+                f"The env of {where} raised {result.error_type} in {op.kind}: {result.message}\n{result.traceback}",
+                index=self.start.episode_index, seed=self.start.seed,
+            )
+        return result
+
+    def close(self) -> None:
+        """Nothing to do: the backend keeps its envs for the next rollout."""
+
+
 class TrajectoryBuilder:
     """Grows one episode's token sequence turn by turn and builds its :class:`Trajectory`."""
 
@@ -201,6 +253,10 @@ class Agent:
         chat: token pieces of the model's chat template.
         config: turn limit, sampling and context length.
     """
+
+    #: The agent reaches into the env object itself (not only ``reset`` / ``step``), so its
+    #: envs stay in the rollout's process even when env workers are configured.
+    needs_local_env: ClassVar[bool] = False
 
     def __init__(self, chat: ChatTokens, config: AgentConfig) -> None:
         self.chat = chat

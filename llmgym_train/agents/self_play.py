@@ -58,6 +58,8 @@ class _Match:
 class SelfPlayAgent(ChainAgent):
     """Plays one seat of a self-play game (see the module docstring)."""
 
+    needs_local_env = True  # both seats drive one game object
+
     #: Matches of the running rollouts: keyed by the rollout's observation queue (one per
     #: rollout, so concurrent rollouts never mix, and a rollout's matches go with its queue),
     #: then by pair number.

@@ -79,8 +79,12 @@ class HfGenerator:
         return [completion for completion in results if completion is not None]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy tensors into the parameters of the same name (no-op for tensors that already are them)."""
-        parameters = dict(self.model.named_parameters())
+        """Copy tensors into the parameters of the same name (no-op for tensors that already are them).
+
+        Tied weights answer to each of their names (``lm_head.weight`` and
+        ``model.embed_tokens.weight``), as a state dict lists them.
+        """
+        parameters = dict(self.model.named_parameters(remove_duplicate=False))
         parameters.update(dict(self.model.named_buffers()))
         with self._torch.no_grad():
             for name, tensor in named_tensors:

@@ -122,8 +122,17 @@ class VllmGenerator:
 
     # ------------------------------------------------------------------ weights and memory
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named tensors into the engine's model, then drop cached prefixes (stale KV)."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(named_tensors)})
+        """Copy HF-named tensors into the engine's model, then drop cached prefixes (stale KV).
+
+        Floating tensors are cast to the engine's dtype on the way (a float32 trainer feeding a
+        bfloat16 engine), which vLLM would otherwise do with a warning for every tensor.
+        """
+        dtype = self.llm.llm_engine.model_config.dtype
+        cast = (
+            (name, tensor.to(dtype) if tensor.is_floating_point() and tensor.dtype != dtype else tensor)
+            for name, tensor in named_tensors
+        )
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast})
         self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
