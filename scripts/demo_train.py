@@ -25,7 +25,10 @@ PRESET = [
     # A 2x2 lake: the goal is two moves away. The base model rarely writes the answer tag, so
     # the lenient parser also takes the last move it names: that gives GRPO groups reward
     # variance from the first step. Eval plays the same options, so before/after compare.
-    "train_envs=[{id: llmgym/FrozenLake-v0, n_groups: 2, options: {size: 2, max_turns: 3, action_parser: lenient}}]",
+    # Four groups a step and a moderate learning rate: with two groups and lr 1e-4 the policy
+    # sometimes settled on a valid move that never reaches the goal (e.g. always Down) before
+    # any group had a success, and then no group had reward variance left to learn from.
+    "train_envs=[{id: llmgym/FrozenLake-v0, n_groups: 4, options: {size: 2, max_turns: 3, action_parser: lenient}}]",
     "rollout.backend=vllm",
     "rollout.group_size=8",
     # Six tokens hold one move ("Right-action:" and the like). With longer turns the model
@@ -33,7 +36,7 @@ PRESET = [
     # while the greedy answer never settles on a move.
     "rollout.max_new_tokens=6",
     "rollout.max_model_len=512",
-    "optim.lr=1e-4",
+    "optim.lr=5e-5",
     "optim.micro_batch_size=8",
     "eval.levels=32",
     "eval.every=0",
