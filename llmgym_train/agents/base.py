@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, NamedTuple, SupportsFloat, TypeVar
 
@@ -89,6 +90,16 @@ class EnvTimer:
     seconds: float = 0.0
     calls: int = 0
 
+    @contextmanager
+    def measure(self) -> Iterator[None]:
+        """Count one env call and add its wall time, whether it returns or raises."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.calls += 1
+
 
 class AsyncEnv:
     """One gymnasium env driven from asyncio: each call runs in a worker thread.
@@ -109,12 +120,8 @@ class AsyncEnv:
 
     async def _call(self, work: Callable[[], _Result]) -> _Result:
         def timed() -> _Result:
-            start = time.perf_counter()
-            try:
+            with self.timer.measure():
                 return work()
-            finally:
-                self.timer.seconds += time.perf_counter() - start
-                self.timer.calls += 1
 
         return await asyncio.to_thread(timed)
 
@@ -149,17 +156,14 @@ class BackendEnv:
 
     async def _run(self, op: Op) -> Any:
         where = f"episode {self.start.episode_index} ({self.start.env_id}, seed {self.start.seed})"
-        started = time.perf_counter()
         try:
-            [result] = await self.backend.arun([op])
+            with self.timer.measure():
+                [result] = await self.backend.arun([op])
         except BackendFailure as failure:
             raise WorkerDiedError(
                 f"The env worker of {where} was lost during {op.kind}: {failure.detail}",
                 index=self.start.episode_index, seed=self.start.seed,
             ) from None
-        finally:
-            self.timer.seconds += time.perf_counter() - started
-            self.timer.calls += 1
         if isinstance(result, Failure):
             error = WorkerDiedError if result.error_type == "WorkerDiedError" else SubEnvError
             raise error(
