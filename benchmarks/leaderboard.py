@@ -472,6 +472,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
     parser.add_argument("--concurrency", type=int, default=Sampling.concurrency,
                         help="openai requests in flight")
     parser.add_argument("--ppo-timesteps", type=int, default=AgentOptions.ppo_timesteps)
+    parser.add_argument("--backend", choices=("vllm", "hf"), default=AgentOptions.backend,
+                        help="generation backend of checkpoint:<dir> agents")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--merge", action="store_true",
                         help="keep other rows of an existing leaderboard.json")
@@ -488,7 +490,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
         samples=args.samples,
         seed=args.seed,
         max_turns=args.max_turns,
-        options=AgentOptions(sampling=sampling, seed=args.seed, ppo_timesteps=args.ppo_timesteps),
+        options=AgentOptions(sampling=sampling, seed=args.seed, ppo_timesteps=args.ppo_timesteps,
+                             backend=args.backend),
         output_dir=args.output_dir,
         merge=args.merge,
         progress=not args.no_progress,
