@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmarks.common import portable_path
 from llmgym.core import TextEnv
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, did_you_mean
 from llmgym.wrappers.classic import BOARD_SPECS, board_shape, encode_board, make_classic_env
@@ -509,8 +510,8 @@ def make_agent(spec: str, options: AgentOptions) -> Agent:
     if kind == "vllm":
         return VllmAgent.from_model(argument or "smollm2-135m", options.sampling, options.seed)
     if kind == "checkpoint":
-        return VllmAgent.from_model(
-            argument, options.sampling, options.seed, name=f"checkpoint:{argument}", backend=options.backend
-        )
+        # The row's name holds the folder as results files hold paths: never the machine's absolute path.
+        name = f"checkpoint:{portable_path(argument)}"
+        return VllmAgent.from_model(argument, options.sampling, options.seed, name=name, backend=options.backend)
     base_url, _, model = argument.rpartition("#")
     return OpenAIAgent(base_url, model, options.sampling, options.seed)

@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 import llmgym
-from benchmarks.common import RESULTS_DIR, markdown_table, provenance
+from benchmarks.common import RESULTS_DIR, markdown_table, portable, provenance
 from benchmarks.eval_agents import Agent, AgentOptions, Sampling, Turn, check_agent_spec, make_agent
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import has_eval_set, load_eval_set
@@ -447,6 +447,7 @@ def write(document: dict[str, Any], output_dir: Path) -> dict[str, Path]:
     """Write ``leaderboard.{json,md,png}`` into ``output_dir``; returns their paths."""
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png")}
+    document = portable(document)
     paths["json"].write_text(to_json(document))
     paths["md"].write_text(markdown(document))
     chart(document, paths["png"])

@@ -327,18 +327,36 @@ def test_void_turn_filter_drops_cut_off_generations(tmp_path: Path) -> None:
     assert unchanged, "no sample survived the filter, so no update may happen"
 
 
-def test_cli_runs_a_training_and_resumes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_runs_a_training_and_resumes_it_with_the_runs_own_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import yaml
+
     model = save_tiny_model(tmp_path / "model", seed=7)
-    common = [
-        "--env", f"{ENV_ID_SAY}:2", "--model", str(model), "--algo", "reinforce_pp", "--output", str(tmp_path / "cli"),
+    output = str(tmp_path / "cli")
+    assert main([
+        "--env", f"{ENV_ID_SAY}:2", "--model", str(model), "--algo", "reinforce_pp", "--output", output, "--steps", "1",
         "rollout.backend=hf", "rollout.group_size=2", "rollout.max_new_tokens=2", "rollout.max_model_len=64",
         "eval.levels=4", "progress=false", "threads=1",
-    ]
-    assert main([*common, "--steps", "1"]) == 0
+    ]) == 0
     printed = capsys.readouterr().out
     assert f"eval success {ENV_ID_SAY}: before" in printed and "learning_curve.png" in printed
-    assert main([*common, "--steps", "2", "--resume"]) == 0
+    first = yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text())
+    # The README's line: nothing but the run folder (and what may change mid-run) on the command line.
+    assert main(["--output", output, "--resume", "--steps", "2"]) == 0
     assert "finished at step 2" in capsys.readouterr().out
-    for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", CHECKPOINT_FILE):
+    resumed = yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text())
+    assert resumed == {**first, "steps": 2}, "the run's config, with only the new step count"
+    # A key that would change what a step computes is refused, showing the difference; nothing is touched.
+    assert main(["--output", output, "--resume", "--steps", "3", "--algo", "grpo", "rollout.group_size=4"]) == 2
+    error = capsys.readouterr().err
+    assert "algo: the run has 'reinforce_pp', the command line gives 'grpo'" in error
+    assert "rollout.group_size: the run has 2, the command line gives 4" in error
+    assert yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text()) == resumed
+    records = [json.loads(line) for line in (tmp_path / "cli" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["kind"]) for r in records] == [(0, "eval"), (1, "train"), (1, "eval"), (2, "train"), (2, "eval")]
+    for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", CHECKPOINT_FILE, "model/config.json"):
         assert (tmp_path / "cli" / name).is_file(), name
     assert any((tmp_path / "cli" / "tensorboard").iterdir())
