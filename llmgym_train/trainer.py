@@ -247,7 +247,7 @@ class Trainer:
     def _filtered_samples(self, trajectories: list[Trajectory]) -> tuple[list[Sample], dict[str, Any]]:
         rollout, loss = self.config.rollout, self.config.loss
         history = None if rollout.history_turns < 0 else rollout.history_turns
-        samples = make_samples(trajectories, rollout.layout, history)
+        samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma)
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:
             kept_groups = self._informative_groups(trajectories)
@@ -285,7 +285,7 @@ class Trainer:
         loss = config.loss
         return with_advantages(
             batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
-            values=scored.get("values"),
+            values=scored.get("values"), credit=loss.credit, step_weight=loss.step_weight,
         )
 
     def _update(self, batch: Batch) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,7 +35,11 @@ class FrozenLakeEnv(TextEnv):
 
     ## Observation Space
     ``Text``: a line of feedback on the last action, then the map, one row a line:
-    ``P`` the player, ``_`` frozen ice, ``O`` a hole, ``G`` the goal.
+    ``P`` the player, ``_`` frozen ice, ``O`` a hole, ``G`` the goal. With ``grid="spaced"``
+    the cells of a row are separated by spaces (``_ _ O _``), so that common tokenizers give
+    every cell its own token (compact rows such as ``P___`` merge into multi-cell tokens).
+    With ``coordinates=True`` a last line gives the player's row and column (1-based, row 1
+    at the top): the same information as the map, in a form a small model reads directly.
 
     ## Rewards
     ``1`` for reaching the goal, ``0`` otherwise; ``invalid_penalty`` (default ``-0.1``) for a
@@ -54,6 +58,8 @@ class FrozenLakeEnv(TextEnv):
       the two perpendicular directions with equal chance. 1.0 is deterministic.
     - ``max_actions_per_turn``: how many ``||``-separated actions one turn may hold. Default 1.
     - ``max_turns``: turns before truncation. Default ``4 * size``.
+    - ``grid``: ``"compact"`` (v0: ``P__O``) or ``"spaced"`` (v1: ``P _ _ O``).
+    - ``coordinates``: add the player's row and column under the map (v1). Default False.
     - ``invalid_penalty``, ``max_invalid_actions``, ``render_mode``, ``action_parser``: see
       :class:`llmgym.core.TextEnv`.
 
@@ -61,6 +67,8 @@ class FrozenLakeEnv(TextEnv):
     one ``S`` and one ``G``).
 
     ## Version History
+    - v1: one token per cell (``grid="spaced"``) and the player's coordinates under the map.
+      Same maps and rewards as v0.
     - v0: initial release.
     """
 
@@ -75,11 +83,15 @@ class FrozenLakeEnv(TextEnv):
         success_rate: float = 1.0,
         max_actions_per_turn: int = 1,
         max_turns: int | None = None,
+        grid: Literal["compact", "spaced"] = "compact",
+        coordinates: bool = False,
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
         action_parser: ActionParser | str | None = None,
     ) -> None:
+        if grid not in ("compact", "spaced"):
+            raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
         if not 2 <= size <= 32:
             raise InvalidOptionError(f"size must be between 2 and 32, got {size}.")
         if not 0.0 < frozen_probability <= 1.0:
@@ -99,6 +111,8 @@ class FrozenLakeEnv(TextEnv):
         self.frozen_probability = frozen_probability
         self.success_rate = success_rate
         self.max_actions_per_turn = max_actions_per_turn
+        self.grid = grid
+        self.coordinates = coordinates
         self._rows: list[str] = []
         self._board = ""  # the map in observation symbols, rows joined by newlines, without the player
         self._position = (0, 0)
@@ -117,10 +131,17 @@ class FrozenLakeEnv(TextEnv):
             if self.success_rate < 1.0
             else ""
         )
+        layout = (
+            " The map is shown one row a line, top row first, cells separated by spaces."
+            if self.grid == "spaced"
+            else ""
+        )
+        if self.coordinates:
+            layout += " Rows are numbered from 1 at the top, columns from 1 at the left."
         return (
             "You are solving the FrozenLake puzzle. Walk from your position P to the goal G without "
             "stepping into a hole O. Ice is _. Actions: Left, Down, Right, Up."
-            f"{slippery}{several} Answer with your action inside <answer>...</answer>, "
+            f"{layout}{slippery}{several} Answer with your action inside <answer>...</answer>, "
             "for example <answer>Down</answer>."
         )
 
@@ -166,8 +187,14 @@ class FrozenLakeEnv(TextEnv):
 
     def _observe(self) -> str:
         row, col = self._position
-        index = row * (self.size + 1) + col
-        return self._board[:index] + "P" + self._board[index + 1 :]
+        if self.grid == "spaced":
+            index = row * 2 * self.size + 2 * col
+        else:
+            index = row * (self.size + 1) + col
+        board = self._board[:index] + "P" + self._board[index + 1 :]
+        if self.coordinates:
+            return f"{board}\nYou are at row {row + 1}, column {col + 1}."
+        return board
 
     # ------------------------------------------------------------------ level access
     def level(self) -> list[str]:
@@ -180,7 +207,8 @@ class FrozenLakeEnv(TextEnv):
     def _set_map(self, rows: list[str]) -> None:
         self._rows = rows
         self.size = len(rows)
-        self._board = "\n".join(rows).translate(_SYMBOL_TABLE)
+        separator = " " if self.grid == "spaced" else ""
+        self._board = "\n".join(separator.join(row) for row in rows).translate(_SYMBOL_TABLE)
         start = "".join(rows).index("S")
         self._start = self._position = divmod(start, self.size)
 
