@@ -45,7 +45,10 @@ class SokobanEnv(TextEnv):
     ## Observation Space
     ``Text``: a line of feedback on the last turn, then the board, one row a line, in XSB
     symbols except floor: ``#`` wall, ``_`` floor, ``.`` target, ``$`` box, ``*`` box on target,
-    ``@`` player, ``+`` player on target.
+    ``@`` player, ``+`` player on target. With ``grid="spaced"`` the cells of a row are
+    separated by spaces, so that common tokenizers give every cell its own token (compact rows
+    such as ``#_$._#`` merge cells into tokens like ``._``). With ``coordinates=True`` a last
+    line gives the player's row and column (1-based, row 1 at the top).
 
     ## Rewards
     Per move in a turn: ``-0.1``; ``+1`` for pushing a box onto a target, ``-1`` for pushing one
@@ -63,6 +66,8 @@ class SokobanEnv(TextEnv):
       7 for 10x10; see :func:`~llmgym.envs.sokoban.generator.max_boxes`). Default 1.
     - ``max_turns``: turns before truncation. Default 100.
     - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
+    - ``grid``: ``"compact"`` (v0: ``#_$._#``) or ``"spaced"`` (v1: ``# _ $ . _ #``).
+    - ``coordinates``: add the player's row and column under the board (v1). Default False.
     - ``solve_budget``: positions the solver may expand at reset to find ``optimal_steps``;
       ``None`` solves exactly, ``0`` skips solving, ``"auto"`` (default) is exact for levels of
       up to 2 boxes and ``AUTO_SOLVE_BUDGET`` for more. ``optimal_steps`` is ``None`` when the
@@ -75,6 +80,8 @@ class SokobanEnv(TextEnv):
     ``level_xsb()`` the current position, ``solution()`` an optimal plan from it.
 
     ## Version History
+    - v1: one token per cell (``grid="spaced"``), the player's coordinates under the board, and
+      at most 30 turns. Same levels and rewards as v0.
     - v0: initial release.
     """
 
@@ -88,6 +95,8 @@ class SokobanEnv(TextEnv):
         num_boxes: int = 1,
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
+        grid: Literal["compact", "spaced"] = "compact",
+        coordinates: bool = False,
         solve_budget: int | None | Literal["auto"] = "auto",
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
@@ -97,6 +106,8 @@ class SokobanEnv(TextEnv):
         self.dim_room = check_settings(dim_room, num_boxes)
         if max_actions_per_turn < 1:
             raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
+        if grid not in ("compact", "spaced"):
+            raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
         budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
         if not (solve_budget is None or solve_budget == "auto" or budget_is_count):
             raise InvalidOptionError(
@@ -113,7 +124,9 @@ class SokobanEnv(TextEnv):
         self.num_boxes = num_boxes
         self.max_actions_per_turn = max_actions_per_turn
         self.solve_budget = solve_budget
-        self._system_prompt = _system_prompt(max_actions_per_turn)
+        self.grid = grid
+        self.coordinates = coordinates
+        self._system_prompt = _system_prompt(max_actions_per_turn, grid, coordinates)
         self._start = Level(1, 1, b"\x01", (), (), 0)  # replaced at reset
         self._maze = PaddedMaze.of(self._start)
         self._solver: Solver | None = None
@@ -140,12 +153,12 @@ class SokobanEnv(TextEnv):
             info["seed"] = level_seed
         self._load(level)
         info["optimal_steps"] = self._optimal_steps(len(level.boxes))
-        return f"Push every box onto a target.\n{self._board.decode()}", info
+        return f"Push every box onto a target.\n{self._observe()}", info
 
     def _apply(self, action: str) -> Outcome:
         steps = self._read_moves(action)
         if isinstance(steps, str):
-            feedback = f"Invalid action: {steps} State unchanged.\n{self._board.decode()}"
+            feedback = f"Invalid action: {steps} State unchanged.\n{self._observe()}"
             return Outcome(feedback, valid=False, effective=False)
         reward = 0.0
         effective = False
@@ -160,10 +173,13 @@ class SokobanEnv(TextEnv):
                 feedback.append("Every box is on a target: solved!")
                 break
         solved = not self._boxes_off_target
-        observation = f"{' '.join(feedback)}\n{self._board.decode()}"
+        observation = f"{' '.join(feedback)}\n{self._observe()}"
         return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
 
     def _observe(self) -> str:
+        if self.coordinates:
+            row, column = divmod(self._maze.unpad(self._player), self._start.width)
+            return f"{self._board.decode()}\nYou are at row {row + 1}, column {column + 1}."
         return self._board.decode()
 
     # ------------------------------------------------------------------ level access
@@ -186,7 +202,8 @@ class SokobanEnv(TextEnv):
         self._maze = maze = PaddedMaze.of(level)
         self._solver = None
         self._offsets = direction_offsets(maze.padded_width)
-        self._view = _view_indices(level.height, level.width)
+        spaced = self.grid == "spaced"
+        self._view = _view_indices(level.height, level.width, 2 if spaced else 1)
         self._is_target = bytearray(len(maze.walls))
         self._has_box = bytearray(len(maze.walls))
         for cell in maze.targets:
@@ -197,6 +214,8 @@ class SokobanEnv(TextEnv):
         self._boxes_off_target = len(set(level.boxes) - set(level.targets))
         walls, width = level.walls, level.width
         rows = (walls[start : start + width].translate(_VIEW_WALLS) for start in range(0, len(walls), width))
+        if spaced:
+            rows = (b" ".join(row[column : column + 1] for column in range(width)) for row in rows)
         self._board = bytearray(b"\n".join(rows))
         for cell in maze.targets:
             self._paint(cell)
@@ -265,6 +284,8 @@ class SokobanEnv(TextEnv):
         return Level(start.height, start.width, start.walls, start.targets, boxes, maze.unpad(self._player))
 
 
+_LAYOUT = {"compact": "", "spaced": " The board is shown one row a line, top row first, cells separated by spaces."}
+_COORDINATES = " Rows are numbered from 1 at the top, columns from 1 at the left."
 _MOVED = "You moved."
 _BLOCKED_BY_WALL = "You walked into a wall: state unchanged."
 _BLOCKED_BOX = "The box cannot move there (wall or box behind it): state unchanged."
@@ -276,17 +297,21 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
 
 
 @functools.cache
-def _view_indices(height: int, width: int) -> tuple[int, ...]:
-    """For each padded cell of a ``height`` x ``width`` level, its index on the text board (-1: the ring)."""
+def _view_indices(height: int, width: int, stride: int = 1) -> tuple[int, ...]:
+    """For each padded cell of a ``height`` x ``width`` level, its index on the text board (-1: the ring).
+
+    ``stride`` is 1 for compact rows and 2 for rows whose cells are separated by spaces.
+    """
     padded_width = width + 2
+    row_length = stride * width if stride > 1 else width + 1  # a row's text and its newline
     view = [-1] * ((height + 2) * padded_width)
     for row in range(height):
         for column in range(width):
-            view[(row + 1) * padded_width + column + 1] = row * (width + 1) + column
+            view[(row + 1) * padded_width + column + 1] = row * row_length + stride * column
     return tuple(view)
 
 
-def _system_prompt(max_actions_per_turn: int) -> str:
+def _system_prompt(max_actions_per_turn: int, grid: str = "compact", coordinates: bool = False) -> str:
     several = (
         f" You may give up to {max_actions_per_turn} actions in one turn, separated by ||,"
         " for example <answer>Up || Left</answer>."
@@ -298,5 +323,5 @@ def _system_prompt(max_actions_per_turn: int) -> str:
         "Up, Down, Left or Right. Walking into a box pushes it one cell further, if that cell is free; "
         "you cannot pull boxes or push two at once, so avoid pushing a box into a corner. "
         "Board symbols: # wall, _ floor, . target, $ box, * box on target, @ you, + you on a target."
-        f"{several} Answer with your action inside <answer>...</answer>, for example <answer>Up</answer>."
+        f"{_LAYOUT[grid]}{_COORDINATES if coordinates else ''}{several} Answer with your action inside <answer>...</answer>, for example <answer>Up</answer>."
     )
