@@ -33,7 +33,7 @@ class Batch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
-    old_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor | None  # None: the update is on-policy, the loss uses its own logprobs
     token_rewards: torch.Tensor
     rewards: torch.Tensor  # (B,) the sample's reward (episode return or turn reward)
     group_ids: torch.Tensor  # (B,)

@@ -66,8 +66,11 @@ def micro_batch_loss(
     )
     mask = micro.loss_mask  # (B, T)
     assert micro.advantages is not None, "advantages must be computed before the update"
+    # No old logprobs: the update is the first and only one on this data, so the policy that
+    # sampled it (as the trainer scores it) is the current one and the ratio is exactly 1.
+    old_logprobs = scored["logprobs"].detach() if micro.old_logprobs is None else micro.old_logprobs
     total, stats = clipped_surrogate(
-        scored["logprobs"], micro.old_logprobs, micro.advantages, mask,
+        scored["logprobs"], old_logprobs, micro.advantages, mask,
         loss.clip_low, loss.clip_high, loss.aggregation, divisor,
     )
     stats["policy_loss"] = float(total.detach())
