@@ -74,6 +74,10 @@ class SokobanEnv(TextEnv):
     :mod:`llmgym.envs.sokoban.level`). ``level()`` returns the episode's starting level as XSB,
     ``level_xsb()`` the current position, ``solution()`` an optimal plan from it.
 
+    Snapshots: ``get_state()`` holds the level, the boxes, the player and the counters;
+    ``state_key()`` (also ``info["state_key"]``) is the board as the observation shows it
+    (walls, targets, boxes and player).
+
     ## Version History
     - v0: initial release.
     """
@@ -165,6 +169,21 @@ class SokobanEnv(TextEnv):
 
     def _observe(self) -> str:
         return self._board.decode()
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[Level, bytes, int, int, bytes]:
+        return self._start, bytes(self._has_box), self._player, self._boxes_off_target, bytes(self._board)
+
+    def _restore_task(self, task: tuple[Level, bytes, int, int, bytes]) -> None:
+        start, has_box, player, boxes_off_target, board = task
+        if start != self._start:
+            self._load(start)  # the maze, targets and view of another level; boxes follow
+        self._has_box = bytearray(has_box)
+        self._player = player
+        self._boxes_off_target = boxes_off_target
+        self._board = bytearray(board)
+
+    # The default key, _observe(), is the board: walls, targets, boxes and player.
 
     # ------------------------------------------------------------------ level access
     def level(self) -> str:
