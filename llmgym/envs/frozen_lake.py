@@ -214,7 +214,8 @@ class FrozenLakeEnv(TextEnv):
             self._set_map(list(rows))
         self._position = position
 
-    # The default key, _observe(), is the map with the player on it: map + position.
+    #: The state key is the map with the player on it: map + position (one call, it runs every step).
+    _state_key = _observe
 
     # ------------------------------------------------------------------ level access
     def level(self) -> list[str]:

@@ -128,6 +128,7 @@ class SokobanEnv(TextEnv):
         self._player = 0
         self._boxes_off_target = 0
         self._board = bytearray()
+        self._text: str | None = None  # self._board decoded, until the next _paint
 
     @property
     def system_prompt(self) -> str:
@@ -144,12 +145,12 @@ class SokobanEnv(TextEnv):
             info["seed"] = level_seed
         self._load(level)
         info["optimal_steps"] = self._optimal_steps(len(level.boxes))
-        return f"Push every box onto a target.\n{self._board.decode()}", info
+        return f"Push every box onto a target.\n{self._observe()}", info
 
     def _apply(self, action: str) -> Outcome:
         steps = self._read_moves(action)
         if isinstance(steps, str):
-            feedback = f"Invalid action: {steps} State unchanged.\n{self._board.decode()}"
+            feedback = f"Invalid action: {steps} State unchanged.\n{self._observe()}"
             return Outcome(feedback, valid=False, effective=False)
         reward = 0.0
         effective = False
@@ -164,11 +165,14 @@ class SokobanEnv(TextEnv):
                 feedback.append("Every box is on a target: solved!")
                 break
         solved = not self._boxes_off_target
-        observation = f"{' '.join(feedback)}\n{self._board.decode()}"
+        observation = f"{' '.join(feedback)}\n{self._observe()}"
         return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
 
     def _observe(self) -> str:
-        return self._board.decode()
+        text = self._text
+        if text is None:  # decoded once per change: the observation and the state key share it
+            text = self._text = self._board.decode()
+        return text
 
     # ------------------------------------------------------------------ snapshots
     def _task_state(self) -> tuple[Level, bytes, int, int, bytes]:
@@ -182,8 +186,10 @@ class SokobanEnv(TextEnv):
         self._player = player
         self._boxes_off_target = boxes_off_target
         self._board = bytearray(board)
+        self._text = None
 
-    # The default key, _observe(), is the board: walls, targets, boxes and player.
+    #: The state key is the board: walls, targets, boxes and player (one call, it runs every step).
+    _state_key = _observe
 
     # ------------------------------------------------------------------ level access
     def level(self) -> str:
@@ -276,6 +282,7 @@ class SokobanEnv(TextEnv):
         """Redraw ``cell`` (a padded index) on the observation board."""
         symbol = self._is_target[cell] | self._has_box[cell] << 1 | (cell == self._player) << 2
         self._board[self._view[cell]] = _VIEW_SYMBOLS[symbol]
+        self._text = None
 
     def _current(self) -> Level:
         maze = self._maze
