@@ -23,6 +23,7 @@ not a fit key).
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import re
 from collections.abc import Callable
@@ -483,6 +484,12 @@ class TextEnv(gym.Env[str, str]):
         reproducible from one integer, which reset ``info`` reports as ``seed``.
         """
         return int(self.np_random.integers(0, 2**63 - 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def text_digest(text: str) -> str:
+    """A short stable digest of ``text`` (16 hex digits), the same in every process: for state keys."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 @functools.cache
