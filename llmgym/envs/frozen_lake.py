@@ -66,6 +66,10 @@ class FrozenLakeEnv(TextEnv):
     Reset options: ``{"level": ["SFFF", "FHFH", ...]}`` plays a given map (rows of ``S F H G``,
     one ``S`` and one ``G``).
 
+    Snapshots: ``get_state()`` holds the map, the position, the counters and ``np_random``
+    (the slips' source); ``state_key()`` (also ``info["state_key"]``) is the map with the player
+    on it, as the observation shows it.
+
     ## Version History
     - v1: one token per cell (``grid="spaced"``) and the player's coordinates under the map.
       Same maps and rewards as v0.
@@ -115,6 +119,7 @@ class FrozenLakeEnv(TextEnv):
         self.coordinates = coordinates
         self._rows: list[str] = []
         self._board = ""  # the map in observation symbols, rows joined by newlines, without the player
+        self._views: dict[tuple[int, int], str] = {}  # the board with the player, by position
         self._position = (0, 0)
         self._start = (0, 0)
 
@@ -186,15 +191,31 @@ class FrozenLakeEnv(TextEnv):
         return Outcome(f"{feedback}\n{self._observe()}", effective=moved)
 
     def _observe(self) -> str:
-        row, col = self._position
-        if self.grid == "spaced":
-            index = row * 2 * self.size + 2 * col
-        else:
-            index = row * (self.size + 1) + col
-        board = self._board[:index] + "P" + self._board[index + 1 :]
-        if self.coordinates:
-            return f"{board}\nYou are at row {row + 1}, column {col + 1}."
-        return board
+        view = self._views.get(self._position)
+        if view is None:  # drawn once per position and map: observations and state keys reuse it
+            row, col = self._position
+            if self.grid == "spaced":
+                index = row * 2 * self.size + 2 * col
+            else:
+                index = row * (self.size + 1) + col
+            view = self._board[:index] + "P" + self._board[index + 1 :]
+            if self.coordinates:
+                view = f"{view}\nYou are at row {row + 1}, column {col + 1}."
+            self._views[self._position] = view
+        return view
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[tuple[str, ...], tuple[int, int]]:
+        return tuple(self._rows), self._position
+
+    def _restore_task(self, task: tuple[tuple[str, ...], tuple[int, int]]) -> None:
+        rows, position = task
+        if tuple(self._rows) != rows:
+            self._set_map(list(rows))
+        self._position = position
+
+    #: The state key is the map with the player on it: map + position (one call, it runs every step).
+    _state_key = _observe
 
     # ------------------------------------------------------------------ level access
     def level(self) -> list[str]:
@@ -209,6 +230,7 @@ class FrozenLakeEnv(TextEnv):
         self.size = len(rows)
         separator = " " if self.grid == "spaced" else ""
         self._board = "\n".join(separator.join(row) for row in rows).translate(_SYMBOL_TABLE)
+        self._views = {}
         start = "".join(rows).index("S")
         self._start = self._position = divmod(start, self.size)
 

@@ -79,6 +79,10 @@ class SokobanEnv(TextEnv):
     :mod:`llmgym.envs.sokoban.level`). ``level()`` returns the episode's starting level as XSB,
     ``level_xsb()`` the current position, ``solution()`` an optimal plan from it.
 
+    Snapshots: ``get_state()`` holds the level, the boxes, the player and the counters;
+    ``state_key()`` (also ``info["state_key"]``) is the board as the observation shows it
+    (walls, targets, boxes and player).
+
     ## Version History
     - v1: one token per cell (``grid="spaced"``), the player's coordinates under the board, and
       at most 30 turns. Same levels and rewards as v0.
@@ -137,6 +141,7 @@ class SokobanEnv(TextEnv):
         self._player = 0
         self._boxes_off_target = 0
         self._board = bytearray()
+        self._text: str | None = None  # self._board decoded, until the next _paint
 
     @property
     def system_prompt(self) -> str:
@@ -177,10 +182,31 @@ class SokobanEnv(TextEnv):
         return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
 
     def _observe(self) -> str:
-        if self.coordinates:
-            row, column = divmod(self._maze.unpad(self._player), self._start.width)
-            return f"{self._board.decode()}\nYou are at row {row + 1}, column {column + 1}."
-        return self._board.decode()
+        text = self._text
+        if text is None:  # decoded once per change: the observation and the state key share it
+            text = self._board.decode()
+            if self.coordinates:
+                row, column = divmod(self._maze.unpad(self._player), self._start.width)
+                text += f"\nYou are at row {row + 1}, column {column + 1}."
+            self._text = text
+        return text
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[Level, bytes, int, int, bytes]:
+        return self._start, bytes(self._has_box), self._player, self._boxes_off_target, bytes(self._board)
+
+    def _restore_task(self, task: tuple[Level, bytes, int, int, bytes]) -> None:
+        start, has_box, player, boxes_off_target, board = task
+        if start != self._start:
+            self._load(start)  # the maze, targets and view of another level; boxes follow
+        self._has_box = bytearray(has_box)
+        self._player = player
+        self._boxes_off_target = boxes_off_target
+        self._board = bytearray(board)
+        self._text = None
+
+    #: The state key is the board: walls, targets, boxes and player (one call, it runs every step).
+    _state_key = _observe
 
     # ------------------------------------------------------------------ level access
     def level(self) -> str:
@@ -276,6 +302,7 @@ class SokobanEnv(TextEnv):
         """Redraw ``cell`` (a padded index) on the observation board."""
         symbol = self._is_target[cell] | self._has_box[cell] << 1 | (cell == self._player) << 2
         self._board[self._view[cell]] = _VIEW_SYMBOLS[symbol]
+        self._text = None
 
     def _current(self) -> Level:
         maze = self._maze
