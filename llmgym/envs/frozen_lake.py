@@ -136,13 +136,14 @@ class FrozenLakeEnv(TextEnv):
             if self.success_rate < 1.0
             else ""
         )
-        layout = (
-            " The map is shown one row a line, top row first, cells separated by spaces."
-            if self.grid == "spaced"
-            else ""
-        )
-        if self.coordinates:
-            layout += " Rows are numbered from 1 at the top, columns from 1 at the left."
+        if self.grid == "spaced":
+            # v1: short, because an agent that shows only the latest state repeats it every turn.
+            where = " Row 1 is the top, column 1 the left." if self.coordinates else ""
+            return (
+                "FrozenLake: move P to the goal G without stepping on a hole O; _ is ice."
+                f"{where}{slippery}{several} Answer with one move, Left, Down, Right or Up, as <answer>Down</answer>."
+            )
+        layout = " Rows are numbered from 1 at the top, columns from 1 at the left." if self.coordinates else ""
         return (
             "You are solving the FrozenLake puzzle. Walk from your position P to the goal G without "
             "stepping into a hole O. Ice is _. Actions: Left, Down, Right, Up."

@@ -311,7 +311,6 @@ class SokobanEnv(TextEnv):
         return Level(start.height, start.width, start.walls, start.targets, boxes, maze.unpad(self._player))
 
 
-_LAYOUT = {"compact": "", "spaced": " The board is shown one row a line, top row first, cells separated by spaces."}
 _COORDINATES = " Rows are numbered from 1 at the top, columns from 1 at the left."
 _MOVED = "You moved."
 _BLOCKED_BY_WALL = "You walked into a wall: state unchanged."
@@ -345,10 +344,19 @@ def _system_prompt(max_actions_per_turn: int, grid: str = "compact", coordinates
         if max_actions_per_turn > 1
         else ""
     )
+    if grid == "spaced":
+        # v1: short, because an agent that shows only the latest state repeats it every turn.
+        where = " Row 1 is the top, column 1 the left." if coordinates else ""
+        return (
+            "Sokoban: push every box $ onto a target . by walking into it; you are @ (+ on a target), "
+            f"# is wall, _ floor, * a box on a target. Boxes cannot be pulled.{where}{several} "
+            "Answer with one move, Up, Down, Left or Right, as <answer>Up</answer>."
+        )
     return (
         "You are solving a Sokoban puzzle. Push every box onto a target. You move one cell at a time: "
         "Up, Down, Left or Right. Walking into a box pushes it one cell further, if that cell is free; "
         "you cannot pull boxes or push two at once, so avoid pushing a box into a corner. "
         "Board symbols: # wall, _ floor, . target, $ box, * box on target, @ you, + you on a target."
-        f"{_LAYOUT[grid]}{_COORDINATES if coordinates else ''}{several} Answer with your action inside <answer>...</answer>, for example <answer>Up</answer>."
+        f"{_COORDINATES if coordinates else ''}{several} Answer with your action inside <answer>...</answer>, "
+        "for example <answer>Up</answer>."
     )
