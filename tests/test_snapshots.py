@@ -266,31 +266,16 @@ def flipped(results: list[Any]) -> list[Any]:
     return [(result[0][::-1], *(flip(item) for item in result[1:])) for result in results]
 
 
-def assert_same(left: Any, right: Any) -> None:
-    if isinstance(left, np.ndarray):
-        np.testing.assert_array_equal(left, right)
-    elif isinstance(left, dict):
-        assert left.keys() == right.keys()
-        for key in left:
-            assert_same(left[key], right[key])
-    elif isinstance(left, (tuple, list)):
-        assert len(left) == len(right)
-        for a, b in zip(left, right):
-            assert_same(a, b)
-    else:
-        assert left == right
-
-
 def check_vector_round_trip(venv: TextVectorEnv, states: list[EnvState], expected: list[Any]) -> None:
     """Restore ``states`` (in order, then reversed) and replay: the results are ``expected``."""
     venv.set_state(states)
-    assert_same(vector_steps(venv, 4, offset=1), expected)
+    np.testing.assert_equal(vector_steps(venv, 4, offset=1), expected)
     venv.set_state(states[::-1])
     # Sub-env i now holds what sub-env n-1-i held; give it that sub-env's actions.
     reversed_actions = [[VECTOR_ACTIONS[(3 * (venv.num_envs - 1 - index) + number + 1) % len(VECTOR_ACTIONS)]
                          for index in range(venv.num_envs)] for number in range(4)]
     replay = [venv.step(actions, mask=~venv.needs_reset) for actions in reversed_actions]
-    assert_same(flipped(replay), expected)
+    np.testing.assert_equal(flipped(replay), expected)
 
 
 @pytest.mark.parametrize("env_id", VECTOR_IDS)
