@@ -7,6 +7,7 @@ Also after pickling (in a fresh env, and in another process) and through each ve
 
 from __future__ import annotations
 
+import functools
 import pickle
 import subprocess
 import sys
@@ -14,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import llmgym
-from llmgym.core import EnvState
+from llmgym.core import EnvState, Outcome, TextEnv
+from llmgym.error import InvalidOptionError, ResetNeeded, SnapshotMismatch, SnapshotNotSupported
+from llmgym.multiagent.opponents import random_opponent
+from llmgym.vector import TextVectorEnv, make_vector_env
 
 ENV_IDS = llmgym.env_ids()
 #: Completions every env takes: no answer at all, and an answer no env accepts.
@@ -157,3 +162,176 @@ def test_a_pickled_state_replays_identically_in_another_process() -> None:
     done = subprocess.run([sys.executable, "-c", _REPLAY_ELSEWHERE, tests_dir], input=pickle.dumps(jobs),
                           capture_output=True, check=True, timeout=300)
     assert pickle.loads(done.stdout) == expected
+
+
+# ---------------------------------------------------------------------- envs that cannot snapshot
+class CountdownEnv(TextEnv):
+    """A minimal text env without the snapshot hooks: count down from 3 by answering ``tick``."""
+
+    @property
+    def system_prompt(self) -> str:
+        return "Answer <answer>tick</answer> until the count reaches 0."
+
+    def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self.count = 3
+        return self._observe(), {"seed": 0}
+
+    def _apply(self, action: str) -> Outcome:
+        if action != "tick":
+            return Outcome(f"Say tick. {self._observe()}", valid=False, effective=False)
+        self.count -= 1
+        return Outcome(self._observe(), reward=float(self.count == 0), terminated=self.count == 0,
+                       success=self.count == 0)
+
+    def _observe(self) -> str:
+        return f"count: {self.count}"
+
+
+def test_an_env_without_the_hooks_raises_snapshot_not_supported_and_still_reports_state_keys() -> None:
+    env = CountdownEnv()
+    with pytest.raises(ResetNeeded):
+        env.get_state()
+    _, info = env.reset()
+    assert info["state_key"] == "count: 3"
+    assert env.step("<answer>tick</answer>")[4]["state_key"] == "count: 2"
+    with pytest.raises(SnapshotNotSupported, match="_task_state"):
+        env.get_state()
+
+
+def test_a_versus_env_with_a_custom_opponent_refuses_unless_it_says_it_is_stateless() -> None:
+    custom = functools.partial(random_opponent)
+    env = gym.make("llmgym/TicTacToe-vs-random-v0", opponent=custom).unwrapped
+    env.reset(seed=0)
+    with pytest.raises(SnapshotNotSupported, match="custom callable"):
+        env.get_state()
+    custom.stateless = True  # type: ignore[attr-defined]
+    state = env.get_state()
+    first = play(env, [0, 1, 2])
+    env.set_state(state)
+    assert play(env, [0, 1, 2]) == first
+
+
+def test_tool_use_snapshots_exactly_where_the_python_sandbox_isolates() -> None:
+    env = make("llmgym/ToolUse-Python-v0")
+    env.reset(seed=0)
+    if env.tools["python"].sandbox.isolation().namespaces:
+        state = env.get_state()
+        first = play(env, [0, 1])  # the plan's python call, then the answer
+        assert first[0][4]["tool_calls"] == 1
+        env.set_state(state)
+        assert play(env, [0, 1]) == first
+    else:
+        with pytest.raises(SnapshotNotSupported, match="namespaces"):
+            env.get_state()
+
+
+def test_set_state_refuses_a_state_of_another_env_or_id() -> None:
+    lake = make("llmgym/FrozenLake-v0")
+    lake.reset(seed=0)
+    state = lake.get_state()
+    sokoban = make("llmgym/Sokoban-v0")
+    with pytest.raises(SnapshotMismatch, match="FrozenLakeEnv"):
+        sokoban.set_state(state)
+    with pytest.raises(SnapshotMismatch, match="llmgym/FrozenLake-8x8-v0"):
+        make("llmgym/FrozenLake-8x8-v0").set_state(state)
+    with pytest.raises(SnapshotMismatch):
+        lake.set_state({"not": "a state"})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- through the vector env
+VECTOR_IDS = ("llmgym/FrozenLake-Slippery-v0", "llmgym/Sokoban-v0", "llmgym/TicTacToe-vs-random-v0")
+VECTOR_ACTIONS = ("<answer>Left</answer>", "<answer>Down</answer>", "<answer>Right</answer>",
+                  "<answer>Up</answer>", "<answer>5</answer>", "<answer>1</answer>", "<answer>9</answer>", "junk")
+
+
+def vector_steps(venv: TextVectorEnv, rounds: int, offset: int = 0) -> list[Any]:
+    """``rounds`` steps of every sub-env still playing; sub-env ``i`` plays a fixed sequence."""
+    results = []
+    for number in range(rounds):
+        actions = [VECTOR_ACTIONS[(3 * index + number + offset) % len(VECTOR_ACTIONS)]
+                   for index in range(venv.num_envs)]
+        results.append(venv.step(actions, mask=~venv.needs_reset))
+    return results
+
+
+def flipped(results: list[Any]) -> list[Any]:
+    """Step results with the sub-env axis reversed (observations, arrays, info arrays)."""
+    def flip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: flip(item) for key, item in value.items()}
+        if isinstance(value, tuple):
+            return tuple(flip(item) for item in value) if len(value) == 5 else value[::-1]
+        return value[::-1] if isinstance(value, np.ndarray) else value
+
+    return [(result[0][::-1], *(flip(item) for item in result[1:])) for result in results]
+
+
+def check_vector_round_trip(venv: TextVectorEnv, states: list[EnvState], expected: list[Any]) -> None:
+    """Restore ``states`` (in order, then reversed) and replay: the results are ``expected``."""
+    venv.set_state(states)
+    np.testing.assert_equal(vector_steps(venv, 4, offset=1), expected)
+    venv.set_state(states[::-1])
+    # Sub-env i now holds what sub-env n-1-i held; give it that sub-env's actions.
+    reversed_actions = [[VECTOR_ACTIONS[(3 * (venv.num_envs - 1 - index) + number + 1) % len(VECTOR_ACTIONS)]
+                         for index in range(venv.num_envs)] for number in range(4)]
+    replay = [venv.step(actions, mask=~venv.needs_reset) for actions in reversed_actions]
+    np.testing.assert_equal(flipped(replay), expected)
+
+
+@pytest.mark.parametrize("env_id", VECTOR_IDS)
+def test_vector_snapshots_round_trip_on_every_local_backend(env_id: str) -> None:
+    reference = make_vector_env(env_id, 4, autoreset_mode="disabled")
+    reference.reset(seed=7)
+    vector_steps(reference, 2)
+    states = reference.get_state()
+    assert [state.observation for state in states] == list(reference._observations)
+    expected = vector_steps(reference, 4, offset=1)
+    check_vector_round_trip(reference, states, expected)
+    reference.close()
+    shipped = pickle.loads(pickle.dumps(states))
+    for backend in ("thread", "process"):
+        options = {"num_workers": 2}
+        venv = make_vector_env(env_id, 4, backend=backend, autoreset_mode="disabled", **options)
+        try:
+            check_vector_round_trip(venv, shipped, expected)  # never reset: restored from scratch
+            venv.set_state(shipped[:2], indices=[3, 1])
+            assert venv.get_state(indices=[1, 3]) == [shipped[1], shipped[0]]
+        finally:
+            venv.close()
+
+
+def test_vector_get_state_keeps_the_snapshot_error_type_across_processes() -> None:
+    venv = make_vector_env("llmgym/TicTacToe-vs-random-v0", 2, backend="process", num_workers=1,
+                           opponent=functools.partial(random_opponent))
+    try:
+        venv.reset(seed=0)
+        with pytest.raises(SnapshotNotSupported, match="Sub-env 0: .*custom callable"):
+            venv.get_state()
+        with pytest.raises(InvalidOptionError, match="distinct sub-env indices"):
+            venv.get_state(indices=[1, 1])
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(240)
+def test_vector_snapshots_round_trip_on_the_ray_backend() -> None:
+    ray = pytest.importorskip("ray")
+    from llmgym.vector.ray_backend import RayEnvBackend
+
+    reference = make_vector_env("llmgym/FrozenLake-Slippery-v0", 4, autoreset_mode="disabled")
+    reference.reset(seed=3)
+    vector_steps(reference, 2)
+    states = reference.get_state()
+    expected = vector_steps(reference, 4, offset=1)
+    reference.close()
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False, log_to_driver=False)
+    venv = make_vector_env("llmgym/FrozenLake-Slippery-v0", 4, backend=RayEnvBackend(num_cpus=0.5),
+                           num_workers=2, autoreset_mode="disabled")
+    try:
+        check_vector_round_trip(venv, states, expected)
+    finally:
+        venv.close()
+        if started_here:
+            ray.shutdown()
