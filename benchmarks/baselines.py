@@ -110,7 +110,7 @@ def _action_names(env: TextEnv) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------------- random and optimal
 def random_baseline(
-    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], episodes_per_level: int = 16, seed: int = 0
+    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], episodes_per_level: int = 32, seed: int = 0
 ) -> dict[str, Any]:
     """Success rate of uniformly random action names, ``episodes_per_level`` episodes a level.
 
@@ -382,7 +382,7 @@ def blind_route_baseline(
 
 def compute_baselines(
     env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], seed: int = 0,
-    episodes_per_level: int = 16,
+    episodes_per_level: int = 32,
 ) -> dict[str, Any]:
     """``random``, ``blind_route`` and ``optimal`` on ``records`` under the eval ``options``."""
     return {
