@@ -29,6 +29,13 @@ Presets (one per env family, in :data:`PRESETS`):
   Training is a mixture of 2x2, 3x3 and 4x4 lakes (two groups each): on 4x4 alone the policy
   settled on valid moves that never reach the goal before it ever saw a success, so no group
   had reward variance left. Evaluation: the 4x4 eval set, 10 turns.
+* ``frozenlake-v1`` (default for ``FrozenLake-v1``): one token per cell and the player's
+  coordinates (v1), the ``markov`` agent (each turn sees the system prompt and the latest
+  observation only, so contexts stay about 110 tokens), turn samples with GiGPO-style step
+  advantages (turns of a group from the same state compared by their discounted returns),
+  3x3 and 4x4 lakes.
+* ``sokoban-v1`` (default for ``Sokoban-v1``): the same agent and credit on 6x6 rooms, 20 turns
+  in training, the v1 default of 30 in evaluation.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -103,6 +110,27 @@ PRESETS: dict[str, Preset] = {
         eval_options={"max_turns": 10, "action_parser": "lenient"},
         overrides=(*_COMMON, "rollout.max_model_len=768", "optim.micro_batch_size=8"),
     ),
+    "frozenlake-v1": Preset(
+        family="FrozenLake",
+        train_envs=(
+            {"name": "lake-3x3", "n_groups": 2, "options": {"size": 3, "max_turns": 6, "action_parser": "lenient"}},
+            {"name": "lake-4x4", "n_groups": 2, "options": {"size": 4, "max_turns": 8, "action_parser": "lenient"}},
+        ),
+        eval_options={"max_turns": 10, "action_parser": "lenient"},
+        overrides=(
+            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo",
+            "rollout.max_model_len=384", "optim.micro_batch_size=32",
+        ),
+    ),
+    "sokoban-v1": Preset(
+        family="Sokoban",
+        train_envs=({"n_groups": 3, "options": {"max_turns": 20, "action_parser": "lenient"}},),
+        eval_options={"max_turns": 30, "action_parser": "lenient"},
+        overrides=(
+            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo",
+            "rollout.max_model_len=384", "optim.micro_batch_size=32",
+        ),
+    ),
     "sokoban": Preset(
         family="Sokoban",
         train_envs=({"n_groups": 2, "options": {"max_turns": 20, "action_parser": "lenient"}},),
@@ -127,7 +155,9 @@ def preset_for(env_id: str, name: str | None) -> tuple[str, Preset]:
                 f"No preset for the env family {family!r} of {env_id}; presets: "
                 f"{', '.join(f'{key} ({preset.family})' for key, preset in PRESETS.items())}. Pass --preset NAME."
             )
-        name = matches[0]
+        # Within a family, the preset made for the id's version (``...-v1``), else the first.
+        version = env_name(env_id).rsplit("-", 1)[-1]
+        name = next((key for key in matches if key.endswith(f"-{version}")), matches[0])
     if name not in PRESETS:
         raise InvalidOptionError(
             f"Unknown preset {name!r}.{did_you_mean(name, PRESETS)} Presets: {', '.join(PRESETS)}."

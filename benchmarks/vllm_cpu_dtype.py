@@ -4,8 +4,9 @@
 
 Plays the generation of one Markov-agent turn over many FrozenLake-v1 levels: ``--prompts``
 chat prompts (system prompt + one observation, about 107 SmolLM2 tokens) each sampled for 6
-tokens, as one batch, with an engine per setting: bfloat16 and float32, KV blocks of 128
-(vLLM's CPU default) and 32. Each setting is timed three times after a warm-up batch; the JSON
+tokens, as one batch, with an engine per setting: float32 with KV blocks of 128
+(vLLM's CPU default) and 32 (bfloat16 only with 32: it is slow enough to
+show with one). Each setting is timed three times after a warm-up batch; the JSON
 (``benchmarks/results/vllm_cpu_dtype.json``) has the median seconds and prompts/s, and the
 load average at the start and end. It is why ``VllmGenerator`` runs float32 with 32-token
 blocks on CPUs.
@@ -20,7 +21,7 @@ import time
 
 from benchmarks.common import write_result
 
-SETTINGS = (("bfloat16", 128), ("bfloat16", 32), ("float32", 128), ("float32", 32))
+SETTINGS = (("bfloat16", 32), ("float32", 128), ("float32", 32))
 
 
 def measure(dtype: str, block_size: int, prompts: list[list[int]]) -> dict[str, float]:
@@ -47,7 +48,7 @@ def measure(dtype: str, block_size: int, prompts: list[list[int]]) -> dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=240)
+    parser.add_argument("--prompts", type=int, default=96)
     args = parser.parse_args()
     import gymnasium as gym
     from transformers import AutoTokenizer
@@ -72,7 +73,7 @@ def main() -> None:
         "prompt_tokens": len(prompts[0]),
         "max_tokens": 6,
         "settings": rows,
-        "float32_over_bfloat16": round(by[("bfloat16", 128)] / by[("float32", 128)], 2),
+        "float32_over_bfloat16": round(by[("bfloat16", 32)] / by[("float32", 32)], 2),
         "block32_over_block128_float32": round(by[("float32", 128)] / by[("float32", 32)], 2),
         "load_average_start": round(load_start, 2),
         "load_average_end": round(os.getloadavg()[0], 2),
