@@ -1,6 +1,6 @@
 """Benchmark: vLLM generation speed by engine dtype and KV block size on this machine.
 
-    python -m benchmarks.vllm_cpu_dtype [--prompts 240]
+    python -m benchmarks.vllm_cpu_dtype [--prompts 96]
 
 Plays the generation of one Markov-agent turn over many FrozenLake-v1 levels: ``--prompts``
 chat prompts (system prompt + one observation, about 107 SmolLM2 tokens) each sampled for 6

@@ -34,7 +34,7 @@ from llmgym_train.metrics import LOG_FILE, RunLog, route_library_logs
 from llmgym_train.models import resolve_model
 from llmgym_train.policy import Policy
 from llmgym_train.rollout import rollout as run_rollout
-from llmgym_train.update import accumulate_gradients, optimizer_step, score_batch
+from llmgym_train.update import accumulate_gradients, normalizer, optimizer_step, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -306,14 +306,23 @@ class Trainer:
         config = self.config
         self.policy.train()
         generator = torch.Generator().manual_seed(int(_seeds(config.seed, self.step, 20_000, count=1)[0] % 2**62))
-        size = config.optim.minibatch_size or len(batch)
+        divisor, without_signal = None, 0
+        if batch.old_logprobs is None and config.loss.entropy_coef == 0:
+            # A single on-policy update: samples without advantage add no gradient (update.with_signal).
+            divisor = normalizer(batch, config.loss.aggregation)
+            kept = with_signal(batch)
+            without_signal = len(batch) - len(kept)
+            batch = batch.select(kept)
+        size = config.optim.minibatch_size or max(len(batch), 1)
         totals: dict[str, float] = {}
         updates, non_finite = 0, False
         for _ in range(config.optim.ppo_epochs):
             order = torch.randperm(len(batch), generator=generator)
             for start in range(0, len(batch), size):
                 minibatch = batch.select(order[start : start + size])
-                stats = accumulate_gradients(self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo)
+                stats = accumulate_gradients(
+                    self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo, divisor
+                )
                 norm = optimizer_step(self.policy, self.optimizer, config.optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
                 if norm is None:
                     self.optimizer.zero_grad(set_to_none=True)
@@ -326,7 +335,10 @@ class Trainer:
         self.nan_steps += int(non_finite)
         self.nan_streak = self.nan_streak + 1 if non_finite else 0
         means = {name: value / max(updates, 1) for name, value in totals.items()}
-        return {**means, "updates": updates, "skipped_non_finite": int(non_finite), "nan_steps_total": self.nan_steps}
+        return {
+            **means, "updates": updates, "skipped_non_finite": int(non_finite), "nan_steps_total": self.nan_steps,
+            "samples_without_signal": without_signal,
+        }
 
     def _sync_weights(self) -> None:
         if self.config.rollout.backend != "hf" or self.config.distributed.enabled:

@@ -104,6 +104,7 @@ class VllmGenerator:
             enable_prefix_caching=enable_prefix_caching,
             enforce_eager=enforce_eager,
             logprobs_mode="processed_logprobs",
+            use_tqdm_on_load=False,
             **extra,
         )
         self.max_model_len = max_model_len
