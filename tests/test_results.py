@@ -20,7 +20,7 @@ def test_write_result_records_paths_relative_to_the_repo(tmp_path: Path) -> None
         "scratch": "/tmp/lc_run",
         "steps": [(1, 0.5)],
     }
-    path = write_result("paths", figures, results_dir=tmp_path)
+    path = write_result("paths", figures, directory=tmp_path)
     text = path.read_text()
     written = json.loads(text)
     assert written["curve_png"] == "benchmarks/results/learning_curve.png"

@@ -6,12 +6,12 @@ import json
 import re
 from typing import Any, ClassVar, Literal
 
-from llmgym.core import Outcome, TextEnv, level_rng
+from llmgym.core import Outcome, TextEnv, level_rng, text_digest
 from llmgym.envs.math.verify import parse_number
 from llmgym.envs.tool_use.sandbox import SandboxConfig
 from llmgym.envs.tool_use.tasks import TASK_GENERATORS, TASK_KINDS, ToolTask
 from llmgym.envs.tool_use.tools import CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, tool_schema
-from llmgym.error import InvalidOptionError, did_you_mean
+from llmgym.error import InvalidOptionError, SnapshotNotSupported, did_you_mean
 from llmgym.parsing import extract_answer, extract_tool_calls
 
 TaskName = Literal["mixed", "calculator", "python", "search"]
@@ -88,6 +88,15 @@ class ToolUseEnv(TextEnv):
         invalid_penalty: reward of a completion with neither tool call nor answer.
         sandbox_config: limits of the python tool's sandbox.
         render_mode: ``None`` or ``"ansi"``.
+
+    Snapshots:
+        ``get_state()`` holds the task, the turns used and ``np_random``: the tools keep no
+        state between calls (the python sandbox starts every call fresh), so restoring and
+        replaying the same completions gives the same results, as far as the model's code is
+        deterministic. Where the sandbox cannot isolate (no namespaces: code could leave files
+        on the host for a later call) ``get_state`` raises
+        :class:`~llmgym.error.SnapshotNotSupported`. ``state_key()`` (also
+        ``info["state_key"]``) is the turn number and a digest of the task.
 
     Version History:
         * v0: initial version.
@@ -166,6 +175,27 @@ class ToolUseEnv(TextEnv):
 
     def _observe(self) -> str:
         return f"{self._task.question}\n\n{_FORMAT}"
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> ToolTask:
+        python = self.tools["python"]
+        assert isinstance(python, PythonTool)
+        isolation = python.sandbox.isolation()
+        if not isolation.namespaces:
+            raise SnapshotNotSupported(
+                "ToolUseEnv cannot snapshot here: its python sandbox runs without namespaces "
+                f"({'; '.join(isolation.reasons) or 'not isolated'}), so code can leave files on the host "
+                "that a later call reads, state no snapshot holds. Run as root on Linux with namespaces "
+                "allowed (see PythonSandbox.isolation()), or replay episodes from their reset seed."
+            )
+        return self._task  # frozen
+
+    def _restore_task(self, task: ToolTask) -> None:
+        self._task = task
+
+    def _state_key(self) -> str:
+        # The env keeps no tool results: its state is the task and the turns left.
+        return f"turn {self._turn + 1}: {text_digest(self._task.question + chr(0) + self._task.answer)}"
 
     # ------------------------------------------------------------------ tools
     def _run_tools(self, action: str) -> Outcome:
