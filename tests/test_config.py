@@ -102,8 +102,8 @@ def test_unknown_env_ids_and_agent_names_fail_at_config_load_with_a_suggestion()
         load_config(overrides=["train_envs=llmgym/FrozenLak-v0:2"])
     with pytest.raises(InvalidOptionError, match="Did you mean 'llmgym/FrozenLake-v0'"):  # not Gymnasium's own
         load_config(values={"train_envs": ["FrozenLake-v0"]})
-    with pytest.raises(InvalidOptionError, match="Did you mean 'llmgym/Sokoban-v0'"):
-        load_config(values={"eval_envs": [{"id": "llmgym/Sokoban-v1"}]})
+    with pytest.raises(InvalidOptionError, match=r"Did you mean 'llmgym/Sokoban-v[01]'"):
+        load_config(values={"eval_envs": [{"id": "llmgym/Sokoban-v9"}]})
     with pytest.raises(InvalidOptionError, match="Unknown agent 'chian'. Did you mean 'chain'"):
         load_config(overrides=["rollout.agent=chian"])
     assert load_config(overrides=["rollout.agent=self-play"]).rollout.agent == "self-play"
