@@ -489,8 +489,13 @@ def _records_covered(state: dict[str, Any], output: Path) -> int:
     if "metrics_records" in state:
         return int(state["metrics_records"])
     path = output / METRICS_FILE
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return sum(1 for line in lines if line.strip() and json.loads(line)["step"] <= int(state["step"]))
+    covered = 0
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            covered += json.loads(line)["step"] <= int(state["step"])
+        except json.JSONDecodeError:  # the last line, cut off by the kill
+            break
+    return covered
 
 
 def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
