@@ -334,7 +334,9 @@ def test_vector_snapshots_round_trip_on_the_ray_backend() -> None:
     reference.close()
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False, log_to_driver=False)
+        # address="local": a Ray of this test's own, never another program's cluster on the machine.
+        ray.init(address="local", num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+                 log_to_driver=False)
     venv = make_vector_env("llmgym/FrozenLake-Slippery-v0", 4, backend=RayEnvBackend(num_cpus=0.5),
                            num_workers=2, autoreset_mode="disabled")
     try:
