@@ -5,11 +5,14 @@ inside the call's bubblewrap sandbox (or, with ``isolation="none"``, as a plain 
 process), so it imports nothing from llmgym and needs no file of the repository. It may be
 started before its call comes (a spare): it first imports the standard-library modules
 agents use most, so that their import is free, then reads the code from stdin until
-end-of-file, sets the resource limits, closes every other file descriptor and runs the code
-in ``__main__``. Its exit status is the code's (``1`` for an uncaught exception).
+end-of-file, tells the parent it has started (one byte on ``ready_fd``: the wall clock of
+the call starts then, so a slow start does not eat the code's time), sets the resource
+limits, closes every other file descriptor and runs the code in ``__main__``. Its exit
+status is the code's (``1`` for an uncaught exception).
 
 ``CONFIG`` is ``key=value`` pairs joined by ``;``, all integers: ``cpu_seconds``,
-``memory_bytes``, ``file_bytes``, ``open_files``, ``processes`` (``0``: leave the limit alone).
+``memory_bytes``, ``file_bytes``, ``open_files``, ``processes`` (``0``: leave the limit
+alone) and ``ready_fd``.
 """
 
 import os
@@ -89,6 +92,7 @@ def main() -> None:
         for name in PRELOADED:
             __import__(name)
         code = _read_code()
+        os.write(config["ready_fd"], b"R")
         os.environ.pop("PWD", None)  # bubblewrap's --chdir sets it; the environment stays PATH, HOME, LANG
         os.umask(0o077)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG instead

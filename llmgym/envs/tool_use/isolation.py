@@ -153,8 +153,12 @@ class Limits:
     shm_bytes: int
 
 
-def bwrap_argv(bwrap: str, read_only: tuple[str, ...], limits: Limits, seccomp_fd: int) -> list[str]:
-    """The bubblewrap options of one call's sandbox (see the module docstring); the command follows."""
+def bwrap_argv(bwrap: str, read_only: tuple[str, ...], limits: Limits, seccomp_fd: int, info_fd: int) -> list[str]:
+    """The bubblewrap options of one call's sandbox (see the module docstring); the command follows.
+
+    bwrap reads the seccomp program from ``seccomp_fd`` and writes, once the sandbox is set up,
+    JSON naming the host pid of the sandbox's first process to ``info_fd``.
+    """
     argv = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--clearenv", "--setenv", "PATH", ENV_PATH, "--setenv", "HOME", WORKDIR,
@@ -176,7 +180,7 @@ def bwrap_argv(bwrap: str, read_only: tuple[str, ...], limits: Limits, seccomp_f
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
              "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--dir", WORKDIR, "--chdir", WORKDIR,
-             "--remount-ro", "/", "--seccomp", str(seccomp_fd), "--"]
+             "--remount-ro", "/", "--seccomp", str(seccomp_fd), "--info-fd", str(info_fd), "--"]
     return argv
 
 

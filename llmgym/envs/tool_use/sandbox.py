@@ -44,7 +44,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from llmgym.envs.tool_use import _bootstrap
 from llmgym.envs.tool_use.isolation import (
@@ -62,6 +62,8 @@ from llmgym.error import InvalidOptionError, SandboxUnavailable, UnsafeSandboxWa
 IsolationLevel = Literal["full", "none"]
 ISOLATION_LEVELS: tuple[str, ...] = ("full", "none")
 _BOOTSTRAP_SOURCE = Path(_bootstrap.__file__).read_text()
+#: Seconds a sandbox may take to start (under heavy load) before its call is given up.
+_START_SECONDS = 60.0
 #: Seconds a call's output pipes may stay open after its code ended (``isolation="none"``:
 #: a background process may hold them; in a sandbox the PID namespace ends them all).
 _DRAIN_SECONDS = 0.5
@@ -163,18 +165,24 @@ class Isolation:
 
 
 class _Process:
-    """One launched call: bubblewrap (or the bare interpreter), its uid lease and host directory."""
+    """One launched call: bubblewrap (or the bare interpreter), its uid lease and host directory.
 
-    def __init__(self, popen: subprocess.Popen[bytes], lease: UidLease | None = None,
-                 workdir: str | None = None) -> None:
+    ``namespace`` is a pidfd of the first process of the call's PID namespace: killing it
+    kills every process of the call, and its exit means they have all exited.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], ready: int, lease: UidLease | None = None,
+                 workdir: str | None = None, namespace: int | None = None) -> None:
         self.popen = popen
+        self.ready = ready
         self.lease = lease
         self.workdir = workdir
+        self.namespace = namespace
 
     def finish(self) -> None:
-        """Kill what is left of the call, reap it, then give back its uid and directory."""
+        """Kill what is left of the call, wait until all of it has exited, then give back its uid and directory."""
         if self.popen.poll() is None:
-            _kill_call(self)
+            self._kill()
         if self.workdir is not None:  # no namespace: the process group is all we can end
             _signal_group(self.popen.pid)
         try:
@@ -182,6 +190,12 @@ class _Process:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
+        if self.namespace is not None:
+            if not _exited(self.namespace, 5.0):  # bubblewrap is gone; its namespace must go too
+                self._kill()
+                _exited(self.namespace, 5.0)
+            os.close(self.namespace)
+        os.close(self.ready)
         for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             if stream is not None:
                 try:
@@ -192,6 +206,52 @@ class _Process:
             self.lease.release()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _kill(self) -> None:
+        """SIGKILL the call: its PID namespace's first process (the kernel then ends the rest), or the process."""
+        if self.namespace is not None:
+            try:
+                signal.pidfd_send_signal(self.namespace, signal.SIGKILL)
+                return
+            except ProcessLookupError:
+                pass
+        self.popen.kill()  # bubblewrap's --die-with-parent then kills the namespace
+
+
+def _exited(pidfd: int, timeout: float) -> bool:
+    """Wait until the process of ``pidfd`` has exited (at most ``timeout`` seconds)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
+
+
+def _namespace_of(popen: subprocess.Popen[bytes], info_read: int, deadline: float) -> int | None:
+    """A pidfd of the first process of bubblewrap's sandbox, from what bwrap writes to its info fd.
+
+    ``None`` when bwrap failed before the sandbox was set up (its stderr says why). The pid is
+    trusted only while that process is still bwrap's child, so a reused pid is never taken.
+    """
+    info = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(info_read, selectors.EVENT_READ)
+        while selector.select(max(0.0, deadline - time.monotonic())):
+            chunk = os.read(info_read, 4096)
+            if not chunk:
+                break
+            info += chunk
+    try:
+        pid = int(json.loads(bytes(info))["child-pid"])
+        pidfd = os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        parent = -1
+    if parent != popen.pid:
+        os.close(pidfd)
+        return None
+    return pidfd
 
 
 @dataclass(frozen=True)
@@ -205,9 +265,20 @@ class _Launcher:
     as_root: bool = False
 
     def __call__(self) -> _Process:
+        ready_read, ready_write = os.pipe()
+        try:
+            process = self._start(ready_read, ready_write)
+        except BaseException:
+            os.close(ready_read)
+            raise
+        finally:
+            os.close(ready_write)
+        return process
+
+    def _start(self, ready_read: int, ready_write: int) -> _Process:
         limits = {"cpu_seconds": self.config.cpu_seconds, "memory_bytes": self.config.memory_bytes,
                   "file_bytes": self.config.file_bytes, "open_files": self.config.open_files,
-                  "processes": self.config.processes if self.bwrap else 0}
+                  "processes": self.config.processes if self.bwrap else 0, "ready_fd": ready_write}
         command = [self.interpreter, "-I", "-S", "-c", _BOOTSTRAP_SOURCE,
                    ";".join(f"{key}={value}" for key, value in limits.items())]
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
@@ -215,27 +286,36 @@ class _Launcher:
             workdir = tempfile.mkdtemp(prefix="llmgym-sandbox-")
             environment = {"PATH": ENV_PATH, "HOME": workdir, "LANG": "C.UTF-8"}
             try:
-                popen = subprocess.Popen(command, **pipes, env=environment, cwd=workdir, start_new_session=True)
+                popen = subprocess.Popen(command, **pipes, pass_fds=[ready_write], env=environment, cwd=workdir,
+                                         start_new_session=True)
             except OSError:
                 shutil.rmtree(workdir, ignore_errors=True)
                 raise
-            return _Process(popen, workdir=workdir)
+            return _Process(popen, ready_read, workdir=workdir)
         lease = lease_uid() if self.as_root else None
         seccomp_read, seccomp_write = os.pipe()
+        info_read, info_write = os.pipe()
         try:
             os.write(seccomp_write, seccomp_program())
             os.close(seccomp_write)
+            seccomp_write = -1
             limits_of_mounts = Limits(tmp_bytes=self.config.tmpfs_bytes, shm_bytes=self.config.tmpfs_bytes)
-            argv = bwrap_argv(self.bwrap, self.read_only, limits_of_mounts, seccomp_read) + command
+            argv = bwrap_argv(self.bwrap, self.read_only, limits_of_mounts, seccomp_read, info_write) + command
             owner = {} if lease is None else {"user": lease.uid, "group": lease.uid, "extra_groups": []}
-            popen = subprocess.Popen(argv, **pipes, pass_fds=[seccomp_read], env={}, cwd="/", **owner)
+            popen = subprocess.Popen(argv, **pipes, pass_fds=[seccomp_read, info_write, ready_write], env={},
+                                     cwd="/", **owner)
+            os.close(info_write)
+            info_write = -1
+            namespace = _namespace_of(popen, info_read, time.monotonic() + _START_SECONDS)
         except BaseException:
             if lease is not None:
                 lease.release()
             raise
         finally:
-            os.close(seccomp_read)
-        return _Process(popen, lease=lease)
+            for fd in (seccomp_read, seccomp_write, info_read, info_write):
+                if fd >= 0:
+                    os.close(fd)
+        return _Process(popen, ready_read, lease=lease, namespace=namespace)
 
 
 class _Spares:
@@ -346,21 +426,33 @@ def _execute(config: SandboxConfig, launch: _Launcher, spares: _Spares | None, c
                              error=f"the sandbox could not be started: {exc}")
     try:
         drain = _DRAIN_SECONDS if process.workdir is not None else float("inf")
-        stdout, stderr, status, timed_out, overflow = _collect(
-            process.popen, code.encode("utf-8", "replace"), start + config.wall_timeout,
-            config.max_output_bytes, drain)
+        collected = _collect(process, code.encode("utf-8", "replace"), config.wall_timeout,
+                             config.max_output_bytes, drain)
     finally:
         process.finish()
-    return _result(config, stdout, stderr, status, timed_out, overflow, time.monotonic() - start)
+    return _result(config, collected, time.monotonic() - start)
 
 
-def _result(config: SandboxConfig, stdout: bytes, stderr: bytes, exit_code: int | None, timed_out: bool,
-            overflow: bool, duration: float) -> SandboxResult:
+class _Collected(NamedTuple):
+    """What came back from one call's process."""
+
+    stdout: bytes
+    stderr: bytes
+    status: int | None
+    timed_out: bool
+    overflow: bool
+    started: bool
+
+
+def _result(config: SandboxConfig, collected: _Collected, duration: float) -> SandboxResult:
     limit = config.max_output_bytes
+    stdout, stderr, exit_code, timed_out, overflow, started = collected
     out = stdout[:limit].decode("utf-8", "replace")
     err = stderr[: max(0, limit - len(stdout))].decode("utf-8", "replace")
     error = None
-    if timed_out:
+    if timed_out and not started:
+        error = f"the sandbox did not start within {_START_SECONDS:g} s (is the machine overloaded?); it was killed"
+    elif timed_out:
         error = f"timed out after {config.wall_timeout:g} s of wall time; the process was killed"
     elif overflow:
         error = f"output exceeded {limit} bytes; the process was stopped and its output truncated"
@@ -375,25 +467,26 @@ def _result(config: SandboxConfig, stdout: bytes, stderr: bytes, exit_code: int 
     return SandboxResult(out, err, exit_code, timed_out, overflow, duration, error)
 
 
-def _collect(popen: subprocess.Popen[bytes], code: bytes, deadline: float, limit: int,
-             drain: float) -> tuple[bytes, bytes, int | None, bool, bool]:
+def _collect(process: _Process, code: bytes, wall_timeout: float, limit: int, drain: float) -> _Collected:
     """Hand over ``code``, then read the output and the exit status until the call ends.
 
-    The call ends when the process has exited and both pipes are at end-of-file (or
-    ``drain`` seconds after the exit), at the deadline, or when the output passes ``limit``.
+    The wall clock starts when the sandbox says it has the code. The call ends when the
+    process has exited and both pipes are at end-of-file (or ``drain`` seconds after the
+    exit), at the deadline, or when the output passes ``limit``.
     """
+    popen = process.popen
     assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
     chunks: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
     pending = memoryview(code)
     status: int | None = None
-    exited_at = 0.0
-    timed_out = overflow = False
+    deadline, exited_at = time.monotonic() + _START_SECONDS, 0.0
+    timed_out = overflow = started = False
     os.set_blocking(popen.stdin.fileno(), False)
     exit_fd = os.pidfd_open(popen.pid)
     try:
         with selectors.DefaultSelector() as selector:
             selector.register(popen.stdin, selectors.EVENT_WRITE, 0)
-            for stream, key in ((popen.stdout, 1), (popen.stderr, 2), (exit_fd, 3)):
+            for stream, key in ((popen.stdout, 1), (popen.stderr, 2), (exit_fd, 3), (process.ready, 4)):
                 selector.register(stream, selectors.EVENT_READ, key)
             while True:
                 reading = any(key.data in (1, 2) for key in selector.get_map().values())
@@ -411,6 +504,9 @@ def _collect(popen: subprocess.Popen[bytes], code: bytes, deadline: float, limit
                     elif key.data == 3:
                         selector.unregister(exit_fd)
                         status, exited_at = _exit_status(popen.wait()), time.monotonic()
+                    elif key.data == 4:
+                        selector.unregister(process.ready)
+                        deadline, started = time.monotonic() + wall_timeout, True
                     else:
                         data = os.read(key.fd, 65536)
                         if not data:
@@ -421,7 +517,7 @@ def _collect(popen: subprocess.Popen[bytes], code: bytes, deadline: float, limit
                     break
     finally:
         os.close(exit_fd)
-    return bytes(chunks[1]), bytes(chunks[2]), status, timed_out, overflow
+    return _Collected(bytes(chunks[1]), bytes(chunks[2]), status, timed_out, overflow, started)
 
 
 def _write_some(popen: subprocess.Popen[bytes], selector: selectors.BaseSelector, pending: memoryview) -> memoryview:
@@ -442,36 +538,6 @@ def _write_some(popen: subprocess.Popen[bytes], selector: selectors.BaseSelector
 def _exit_status(returncode: int) -> int:
     """``128 + n`` for a process ended by signal ``n`` (bubblewrap reports its child's that way too)."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def _kill_call(process: _Process) -> None:
-    """SIGKILL the call: its PID namespace's first process (which ends every process in it), else bwrap."""
-    if process.workdir is None:
-        for child in _children(process.popen.pid):
-            try:
-                os.kill(child, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            process.popen.wait(timeout=2)
-            return
-        except subprocess.TimeoutExpired:
-            pass
-    process.popen.kill()  # bubblewrap's --die-with-parent then kills the namespace
-
-
-def _children(pid: int) -> list[int]:
-    """Pids of the direct children of ``pid`` (read from ``/proc``: the kernel may lack a children file)."""
-    children = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                children.append(int(entry.name))
-    return children
 
 
 def _signal_group(pgid: int) -> None:
