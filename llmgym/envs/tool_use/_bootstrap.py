@@ -3,12 +3,12 @@
 :mod:`llmgym.envs.tool_use.sandbox` starts it as ``python -I -S -c <this source> CONFIG``
 inside the call's bubblewrap sandbox (or, with ``isolation="none"``, as a plain child
 process), so it imports nothing from llmgym and needs no file of the repository. It may be
-started before its call comes (a spare): it first imports the standard-library modules
-agents use most, so that their import is free, then reads the code from stdin until
-end-of-file, tells the parent it has started (one byte on ``ready_fd``: the wall clock of
-the call starts then, so a slow start does not eat the code's time), sets the resource
-limits, closes every other file descriptor and runs the code in ``__main__``. Its exit
-status is the code's (``1`` for an uncaught exception).
+started before its call comes (a spare). It reads the code from stdin until end-of-file,
+tells the parent it has started (one byte on ``ready_fd``: the wall clock of the call
+starts then, so a slow start does not eat the code's time), sets the resource limits,
+closes every other file descriptor and runs the code in ``__main__``. Its exit status is
+the code's (``1`` for an uncaught exception). It imports nothing it does not need: every
+call starts a new interpreter, so an import here would cost every call.
 
 ``CONFIG`` is ``key=value`` pairs joined by ``;``, all integers: ``cpu_seconds``,
 ``memory_bytes``, ``file_bytes``, ``open_files``, ``processes`` (``0``: leave the limit
@@ -22,9 +22,6 @@ import sys
 
 #: Exit status that tells the parent the bootstrap itself failed (not the user's code).
 SETUP_FAILED = 121
-#: Imported before the code comes, so that calls do not pay for them.
-PRELOADED = ("bisect", "collections", "datetime", "decimal", "fractions", "functools", "heapq", "itertools",
-             "json", "math", "random", "re", "statistics", "string", "traceback")
 
 
 def parse_config(text: str) -> dict:
@@ -89,8 +86,6 @@ def _run(code: str) -> None:
 def main() -> None:
     try:
         config = parse_config(sys.argv[1])
-        for name in PRELOADED:
-            __import__(name)
         code = _read_code()
         os.write(config["ready_fd"], b"R")
         os.environ.pop("PWD", None)  # bubblewrap's --chdir sets it; the environment stays PATH, HOME, LANG
