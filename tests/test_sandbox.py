@@ -641,7 +641,7 @@ def test_leased_uids_never_collide_across_processes(sandbox):
     try:
         others = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                                    env=environment) for _ in range(2)]
-        theirs = [[int(uid) for uid in other.communicate(timeout=60)[0].split()] for other in others]
+        theirs = [[int(uid) for uid in other.communicate(timeout=600)[0].split()] for other in others]
     finally:
         for lease in held:
             lease.release()
