@@ -94,7 +94,8 @@ def _run_one(package_root: Path, calls: int, threads: int) -> dict[str, Any]:
     """:func:`measure` in a fresh process whose ``llmgym`` is the one under ``package_root``."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package_root), str(REPO)])}
     completed = subprocess.run(  # cwd: ``-m`` puts it first on sys.path
-        [sys.executable, "-m", "benchmarks.sandbox_throughput", "--measure", str(calls), "--threads", str(threads)],
+        [sys.executable, "-m", "benchmarks.sandbox_throughput", "--measure", str(calls),
+         "--threads", str(threads)],
         cwd=package_root, env=environment, capture_output=True, text=True, check=True)
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert Path(result["llmgym"]).parent == package_root, (result["llmgym"], package_root)

@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -92,11 +91,11 @@ class UnprivilegedWorker:
     """The attempts, served by a worker process that dropped to ``nobody`` before building anything."""
 
     def __init__(self) -> None:
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         # bwrap as nobody may run it (a copy under /run where this checkout is root's alone).
         bwrap = bwrap_for_others(find_bwrap(None))
-        self.process = subprocess.Popen([sys.executable, __file__, "--worker", SECRET, bwrap], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, env=environment, cwd="/")
+        self.process = subprocess.Popen([sys.executable, __file__, "--worker", SECRET, bwrap],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        env=_child_environment(), cwd="/")
         hello = self._receive()
         if "unavailable" in hello:
             self.close()
@@ -186,6 +185,11 @@ def sandbox():
 
 
 # ---------------------------------------------------------------------- helpers
+def _child_environment() -> dict[str, str]:
+    """This environment, with this checkout first on the path of a child Python."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
 def _tool_content(observation: str) -> str:
     body = re.fullmatch(r"<tool_response>\n(.*)\n</tool_response>", observation, re.DOTALL)
     assert body is not None, observation
@@ -313,7 +317,8 @@ ports = {ports!r}
 attempts = {{
     "tcp4": lambda: socket.create_connection(("127.0.0.1", ports["tcp4"]), timeout=2).sendall(b"escaped"),
     "tcp6": lambda: socket.create_connection(("::1", ports.get("tcp6", 9)), timeout=2).sendall(b"escaped"),
-    "udp": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"escaped", ("127.0.0.1", ports["udp"])),
+    "udp": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"escaped",
+                                                                          ("127.0.0.1", ports["udp"])),
     "dns": lambda: socket.getaddrinfo("example.com", 80),
     "dns_localhost": lambda: socket.create_connection(("localhost", ports["tcp4"]), timeout=2),
 }}
@@ -331,7 +336,8 @@ print(json.dumps(results))
         assert set(results) == {"tcp4", "tcp6", "udp", "dns", "dns_localhost"}
         # The sandbox has a loopback of its own: a datagram sent there may leave the socket, but it
         # must not reach this host's listener (checked below); every connection and lookup must fail.
-        assert not [name for name, outcome in results.items() if outcome == "reached" and name != "udp"], results
+        reached = [name for name, outcome in results.items() if outcome == "reached" and name != "udp"]
+        assert reached == [], results
         for name in ("tcp4", "tcp6"):
             if name in listeners:
                 with pytest.raises(TimeoutError):
@@ -415,8 +421,9 @@ child = os.fork()
 if child == 0:
     time.sleep(10)
     os._exit(0)
-results = {{"attach_init": trace(16, 1), "attach_parent": trace(16, os.getppid()), "attach_child": trace(16, child),
-           "seize_child": trace(0x4206, child), "attach_host": trace(16, {os.getpid()})}}
+results = {{"attach_init": trace(16, 1), "attach_parent": trace(16, os.getppid()),
+           "attach_child": trace(16, child), "seize_child": trace(0x4206, child),
+           "attach_host": trace(16, {os.getpid()})}}
 read, write = os.pipe()
 tracee = os.fork()
 if tracee == 0:
@@ -433,7 +440,8 @@ print(json.dumps(results))
 
 def test_host_home_other_users_files_and_the_repo_are_unreadable(attempts):
     secret = f"host-secret-{uuid.uuid4().hex}"
-    planted = [Path.home() / f"llmgym-escape-{uuid.uuid4().hex}", Path("/tmp") / f"llmgym-escape-{uuid.uuid4().hex}"]
+    planted = [Path.home() / f"llmgym-escape-{uuid.uuid4().hex}",
+               Path("/tmp") / f"llmgym-escape-{uuid.uuid4().hex}"]
     for path in planted:
         path.write_text(secret)
         path.chmod(0o644)  # readable by anyone on the host: only the sandbox's view may hide it
@@ -494,15 +502,16 @@ print("ok")
     assert _processes_with(sleeper) == [] and _call_processes() == []
     second = _printed(attempts.run(
         "import json, os\nprint(json.dumps([os.listdir('.'), os.listdir('/tmp'), os.listdir('/dev/shm'), "
-        "sorted(os.environ), hasattr(json, 'leaked'), sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]))"))
+        "sorted(os.environ), hasattr(json, 'leaked'), "
+        "sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]))"))
     assert second == [[], ["work"], [], ["HOME", "LANG", "PATH"], False, [1, 2]], second
 
 
 def test_denied_system_calls_fail_with_eperm(attempts):
     seccomp = pytest.importorskip("pyseccomp")
     names = ("ptrace", "mount", "umount2", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf",
-             "perf_event_open", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-             "pivot_root", "io_uring_setup", "userfaultfd")
+             "perf_event_open", "init_module", "finit_module", "delete_module", "kexec_load",
+             "kexec_file_load", "pivot_root", "io_uring_setup", "userfaultfd")
     numbers = {name: seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) for name in names}
     code = f"""import ctypes, errno, json, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -538,8 +547,9 @@ def test_code_runs_unprivileged_in_an_empty_directory_with_a_scrubbed_environmen
 def test_file_size_and_process_limits_bind(attempts):
     big = attempts.run("open('big', 'wb').write(b'x' * (2 * 2**20))")
     assert not big["ok"] and "File too large" in big["stderr"]
-    flood = attempts.run("import os, time\nn = 0\ntry:\n    for _ in range(100):\n        if os.fork() == 0:\n"
-                         "            time.sleep(30)\n            os._exit(0)\n        n += 1\n"
+    flood = attempts.run("import os, time\nn = 0\ntry:\n    for _ in range(100):\n"
+                         "        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n"
+                         "        n += 1\n"
                          "except OSError:\n    print(n)")
     assert flood["ok"] and int(flood["stdout"]) < CONFIG.processes, flood
 
@@ -563,7 +573,8 @@ def test_isolation_report(attempts):
     report = attempts.isolation()
     assert report["level"] == "full" and report["network"] == "none (empty network namespace)"
     assert report["per_call_uid"] is (attempts.user == "root")
-    assert {"no_new_privs", "seccomp filter", "no network (an empty network namespace)"} <= set(report["holds"])
+    expected = {"no_new_privs", "seccomp filter", "no network (an empty network namespace)"}
+    assert expected <= set(report["holds"])
 
 
 # ---------------------------------------------------------------------- refusal, opt-out, uids, concurrency
@@ -578,8 +589,8 @@ def _fake_bwrap(directory: Path) -> tuple[Path, Path]:
     runs.chmod(0o666)
     fake = directory / "bwrap"
     fake.write_text(f"#!/bin/sh\necho run >> {runs}\n"
-                    "echo 'bwrap: No permissions to create a new namespace, likely because the kernel does not "
-                    "allow non-privileged user namespaces.' >&2\nexit 1\n")
+                    "echo 'bwrap: No permissions to create a new namespace, likely because the kernel does "
+                    "not allow non-privileged user namespaces.' >&2\nexit 1\n")
     fake.chmod(0o755)
     return fake, runs
 
@@ -587,7 +598,7 @@ def _fake_bwrap(directory: Path) -> tuple[Path, Path]:
 def test_the_env_refuses_to_run_code_where_isolation_does_not_hold_and_never_caches_that(tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="llmgym-fake-bwrap-"))
     fake, runs = _fake_bwrap(shared)
-    config = SandboxConfig(bwrap=str(fake), python="/usr/bin/python3" if Path("/usr/bin/python3").exists() else None)
+    config = SandboxConfig(bwrap=str(fake))
     for attempt in (1, 2):
         with pytest.raises(SandboxUnavailable, match=r"user namespaces.*Fix:.*isolation='none'") as refused:
             ToolUseEnv(task="python", sandbox_config=config)
@@ -636,11 +647,11 @@ def test_leased_uids_never_collide_across_processes(sandbox):
         return
     held = [lease_uid() for _ in range(8)]
     script = ("from llmgym.envs.tool_use.isolation import lease_uid\n"
-              "leases = [lease_uid() for _ in range(64)]\nprint(' '.join(str(lease.uid) for lease in leases))")
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+              "leases = [lease_uid() for _ in range(64)]\n"
+              "print(' '.join(str(lease.uid) for lease in leases))")
     try:
         others = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                                   env=environment) for _ in range(2)]
+                                   env=_child_environment()) for _ in range(2)]
         theirs = [[int(uid) for uid in other.communicate(timeout=600)[0].split()] for other in others]
     finally:
         for lease in held:

@@ -123,7 +123,8 @@ class ToolUseEnv(TextEnv):
         self.task = task
         self.max_tool_calls = max_tool_calls
         self.python = PythonTool(config=_sandbox_config(sandbox_config, isolation))
-        self.tools: dict[str, Tool] = {tool.name: tool for tool in (self.python, CalculatorTool(), SearchTool())}
+        tools = (self.python, CalculatorTool(), SearchTool())
+        self.tools: dict[str, Tool] = {tool.name: tool for tool in tools}
         self._task = ToolTask("custom", "", "")
 
     @property

