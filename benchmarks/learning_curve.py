@@ -1,92 +1,361 @@
-"""Benchmark: SmolLM2-135M trained with GRPO on ``llmgym/FrozenLake-v0`` on this CPU.
+"""Benchmark: SmolLM2-135M trained on one env for a wall-clock budget, one seed per invocation.
 
-    python -m benchmarks.learning_curve [--minutes 50] [key=value ...]
+    python -m benchmarks.learning_curve --env llmgym/FrozenLake-v0 --seed 0 [--minutes 50] [key=value ...]
+    python -m benchmarks.learning_curve --env llmgym/Sokoban-v0 --baselines-only
 
-Trains for a wall-clock budget (``max_minutes``; the first evaluation is not counted), with a
-greedy evaluation on the first 64 levels of the frozen eval set before, every 10 steps and
-at the end. Writes ``benchmarks/results/learning_curve.json`` with ``eval_success_before``,
-``eval_success_after``, ``env``, ``model``, ``minutes``, the eval curve and the config, and
-copies the curve PNG next to it. Not a test: it takes the CPU for up to an hour.
+Each invocation trains one seed (``seed=N`` in the trainer's config) for ``--minutes`` of
+training (``max_minutes``; the first evaluation is not counted), with a greedy evaluation on
+the first 64 levels of the frozen eval set of the id trained on, before, every 10 steps and at
+the end. The preset (``--preset``, by default the one of the env's family) gives the training
+mixture, the eval options and the trainer settings; ``key=value`` overrides go to
+``llmgym_train``'s ``load_config`` after it.
 
-The preset is the README demo's: one move a turn in at most 6 new tokens, read by the
-lenient parser (the base model never writes the ``<answer>`` tag, so with the strict parser
-every episode of the first steps is invalid and GRPO has no reward variance to learn from).
-Training is a mixture of 2x2, 3x3 and 4x4 lakes (two groups each): on 4x4 alone the policy
-settled on valid moves that never reach the goal before it ever saw a success, so no group
-had reward variance left. Evaluation is the frozen 4x4 eval set, 10 turns.
+Results: ``<results-dir>/learning_curve_<Name>.json`` (``Name`` is the id without its
+namespace), one file per env. The seed's figures are merged into it, replacing an earlier entry
+of the same seed and keeping the others, so seeds can run at different times and an
+interrupted run loses only its own seed. Per-seed figures are lists in seed order (``seeds``,
+``eval_success_before``, ``eval_success_after``, ``minutes``, ``config``, ``eval_curve``, the
+load average at the start and end of the run, its commit, machine and versions, ...), with
+``eval_success_after_mean`` beside them, and ``baselines`` (random, best blind route, optimal:
+:mod:`benchmarks.baselines`) on the same levels under the same eval options. The run's curve
+PNG is copied next to the JSON as ``learning_curve_<Name>_seed<N>.png``. Paths in the JSON are
+relative to the repository. ``--baselines-only`` writes the baselines and trains nothing.
+
+Presets (one per env family, in :data:`PRESETS`):
+
+* ``frozenlake``: the README demo's. One move a turn in at most 6 new tokens, read by the
+  lenient parser (the base model never writes the ``<answer>`` tag, so with the strict parser
+  every episode of the first steps is invalid and GRPO has no reward variance to learn from).
+  Training is a mixture of 2x2, 3x3 and 4x4 lakes (two groups each): on 4x4 alone the policy
+  settled on valid moves that never reach the goal before it ever saw a success, so no group
+  had reward variance left. Evaluation: the 4x4 eval set, 10 turns.
+* ``frozenlake-v1`` (default for ``FrozenLake-v1``): one token per cell and the player's
+  coordinates (v1), the ``markov`` agent (each turn sees the system prompt and the latest
+  observation only, so contexts stay about 110 tokens), turn samples with GiGPO-style step
+  advantages (turns of a group from the same state compared by their discounted returns),
+  3x3 and 4x4 lakes.
+* ``sokoban-v1`` (default for ``Sokoban-v1``): the same agent and credit on 6x6 rooms, 20 turns
+  in training, the v1 default of 30 in evaluation.
+* ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
+  20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
+
+Not a test: a run takes the CPU for up to its budget plus model loading and evaluations.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import RESULTS_DIR, write_result
-from llmgym_train.config import load_config
-from llmgym_train.trainer import Trainer
+from benchmarks.baselines import compute_baselines, eval_records
+from benchmarks.common import RESULTS_DIR, provenance, write_result
+from llmgym.error import InvalidOptionError, did_you_mean
 
-ENV_ID = "llmgym/FrozenLake-v0"
 MODEL = "smollm2-135m"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Eval levels: the first this many of the frozen eval set of the id trained on.
+EVAL_LEVELS = 64
+#: Figures with one value per seed, kept as lists in seed order (``seeds`` is the key).
+PER_SEED_KEYS = (
+    "preset", "eval_success_before", "eval_success_after", "minutes", "minutes_budget", "steps", "completed",
+    "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
+    "output", "run_provenance", "config",
+)
 
-PRESET = [
+
+@dataclass(frozen=True)
+class Preset:
+    """A training recipe for one env family; the ``--env`` id is filled in where ``id`` is left out.
+
+    Attributes:
+        family: the env name prefix it is the default for (``FrozenLake`` for ``llmgym/FrozenLake-v1``).
+        train_envs: training mixture entries (``name``, ``n_groups``, ``options``).
+        eval_options: env options of the evaluation (and of the baselines).
+        overrides: trainer settings, as ``key=value``.
+    """
+
+    family: str
+    train_envs: tuple[dict[str, Any], ...]
+    eval_options: dict[str, Any]
+    overrides: tuple[str, ...] = field(default=())
+
+
+_COMMON = (
     "algo=grpo",
     f"model={MODEL}",
-    "train_envs=["
-    f"{{id: {ENV_ID}, name: lake-2x2, n_groups: 2, options: {{size: 2, max_turns: 4, action_parser: lenient}}}}, "
-    f"{{id: {ENV_ID}, name: lake-3x3, n_groups: 2, options: {{size: 3, max_turns: 7, action_parser: lenient}}}}, "
-    f"{{id: {ENV_ID}, name: lake-4x4, n_groups: 2, options: {{size: 4, max_turns: 10, action_parser: lenient}}}}]",
-    f"eval_envs=[{{id: {ENV_ID}, n_groups: 1, options: {{max_turns: 10, action_parser: lenient}}}}]",
     "rollout.backend=vllm",
     "rollout.group_size=8",
     "rollout.max_new_tokens=6",
-    "rollout.max_model_len=768",
     "optim.lr=5e-5",
-    "optim.micro_batch_size=8",
-    "eval.levels=64",
+    f"eval.levels={EVAL_LEVELS}",
     "eval.every=10",
     "checkpoint_every=10",
     "progress=false",
-]
+)
+
+PRESETS: dict[str, Preset] = {
+    "frozenlake": Preset(
+        family="FrozenLake",
+        train_envs=(
+            {"name": "lake-2x2", "n_groups": 2, "options": {"size": 2, "max_turns": 4, "action_parser": "lenient"}},
+            {"name": "lake-3x3", "n_groups": 2, "options": {"size": 3, "max_turns": 7, "action_parser": "lenient"}},
+            {"name": "lake-4x4", "n_groups": 2, "options": {"size": 4, "max_turns": 10, "action_parser": "lenient"}},
+        ),
+        eval_options={"max_turns": 10, "action_parser": "lenient"},
+        overrides=(*_COMMON, "rollout.max_model_len=768", "optim.micro_batch_size=8"),
+    ),
+    "frozenlake-v1": Preset(
+        family="FrozenLake",
+        train_envs=(
+            {"name": "lake-3x3", "n_groups": 2, "options": {"size": 3, "max_turns": 6, "action_parser": "lenient"}},
+            {"name": "lake-4x4", "n_groups": 2, "options": {"size": 4, "max_turns": 8, "action_parser": "lenient"}},
+        ),
+        eval_options={"max_turns": 10, "action_parser": "lenient"},
+        overrides=(
+            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo",
+            "rollout.max_model_len=384", "optim.micro_batch_size=32",
+        ),
+    ),
+    "sokoban-v1": Preset(
+        family="Sokoban",
+        train_envs=({"n_groups": 3, "options": {"max_turns": 20, "action_parser": "lenient"}},),
+        eval_options={"max_turns": 30, "action_parser": "lenient"},
+        overrides=(
+            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo",
+            "rollout.max_model_len=384", "optim.micro_batch_size=32",
+        ),
+    ),
+    "sokoban": Preset(
+        family="Sokoban",
+        train_envs=({"n_groups": 2, "options": {"max_turns": 20, "action_parser": "lenient"}},),
+        eval_options={"max_turns": 20, "action_parser": "lenient"},
+        overrides=(*_COMMON, "rollout.max_model_len=1536", "optim.micro_batch_size=4"),
+    ),
+}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=50.0, help="wall-clock budget of the training run")
-    parser.add_argument("--output", default="runs/learning_curve")
-    parser.add_argument("overrides", nargs="*", metavar="key=value")
-    args = parser.parse_args()
-    config = load_config(
-        overrides=[*PRESET, "steps=100000", f"max_minutes={args.minutes}", f"output={args.output}", *args.overrides]
-    )
+def env_name(env_id: str) -> str:
+    """``llmgym/FrozenLake-v0`` -> ``FrozenLake-v0``."""
+    return env_id.split("/", 1)[-1]
+
+
+def preset_for(env_id: str, name: str | None) -> tuple[str, Preset]:
+    """The preset called ``name``, or (``None``) the one whose family starts the env's name."""
+    if name is None:
+        family = env_name(env_id).split("-", 1)[0]
+        matches = [key for key, preset in PRESETS.items() if preset.family == family]
+        if not matches:
+            raise InvalidOptionError(
+                f"No preset for the env family {family!r} of {env_id}; presets: "
+                f"{', '.join(f'{key} ({preset.family})' for key, preset in PRESETS.items())}. Pass --preset NAME."
+            )
+        # Within a family, the preset made for the id's version (``...-v1``), else the first.
+        version = env_name(env_id).rsplit("-", 1)[-1]
+        name = next((key for key in matches if key.endswith(f"-{version}")), matches[0])
+    if name not in PRESETS:
+        raise InvalidOptionError(
+            f"Unknown preset {name!r}.{did_you_mean(name, PRESETS)} Presets: {', '.join(PRESETS)}."
+        )
+    return name, PRESETS[name]
+
+
+def config_overrides(env_id: str, preset: Preset, seed: int, minutes: float, output: str) -> list[str]:
+    """The preset as ``key=value`` overrides for ``env_id`` and one seed (user overrides go after)."""
+    train = [{"id": env_id, **entry} for entry in preset.train_envs]
+    evaluation = [{"id": env_id, "options": preset.eval_options}]
+    return [
+        *preset.overrides,
+        f"train_envs={json.dumps(train)}",
+        f"eval_envs={json.dumps(evaluation)}",
+        f"seed={seed}",
+        "steps=100000",
+        f"max_minutes={minutes}",
+        f"output={output}",
+    ]
+
+
+def eval_spec(config: Any, env_id: str) -> Any:
+    """The entry of ``config.validation_envs`` for ``env_id``; its levels must be the frozen eval set."""
+    specs = [spec for spec in config.validation_envs if spec.id == env_id]
+    if not specs:
+        raise InvalidOptionError(
+            f"The config evaluates {[spec.id for spec in config.validation_envs]}, not {env_id}; "
+            f"keep an eval_envs entry with id {env_id} (or drop an eval_envs override)."
+        )
+    if not config.eval.use_eval_set or config.eval.disabled:
+        raise InvalidOptionError(
+            "The learning curve is measured on the frozen eval set; got eval.use_eval_set=false or "
+            "eval.disabled=true. Drop that override."
+        )
+    return specs[0]
+
+
+# ---------------------------------------------------------------------- the results file
+def result_name(env_id: str) -> str:
+    return f"learning_curve_{env_name(env_id)}"
+
+
+def repo_path(path: str | Path) -> str:
+    """``path`` relative to the repository when inside it, else absolute."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(resolved)
+
+
+def load_document(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def level_summary(env_id: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the JSON names the eval levels: their count, seeds and eval-set file."""
+    return {"count": len(records), "seeds": [int(record["seed"]) for record in records],
+            "eval_set": f"llmgym/eval_sets/{env_name(env_id)}.jsonl"}
+
+
+def check_compatible(document: dict[str, Any] | None, env_id: str, levels: dict[str, Any],
+                     eval_options: dict[str, Any]) -> None:
+    """Refuse to add a seed measured on other levels or eval options than the file's seeds."""
+    if not document or not document.get("seeds"):
+        return
+    theirs = (document.get("env_id"), document.get("eval_levels", {}).get("seeds"), document.get("eval_options"))
+    if theirs != (env_id, levels["seeds"], eval_options):
+        raise InvalidOptionError(
+            f"The results file holds seeds {document['seeds']} of {theirs[0]} evaluated on "
+            f"{len(theirs[1] or [])} levels with eval options {theirs[2]}; this run is {env_id} on "
+            f"{levels['count']} levels with {eval_options}. Seeds of one file must be comparable: use the same "
+            "eval options, or another --results-dir."
+        )
+
+
+def merge_seed(document: dict[str, Any] | None, seed: int, run: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with ``run`` (the :data:`PER_SEED_KEYS` of one seed) as seed ``seed``'s entry.
+
+    An earlier entry of the same seed is replaced; other seeds are kept.
+    """
+    return with_seed_rows(document, {**seed_rows(document), seed: run})
+
+
+def seed_rows(document: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """The per-seed figures of ``document``, by seed."""
+    document = document or {}
+    seeds = list(document.get("seeds", []))
+    columns = {key: document.get(key) or [None] * len(seeds) for key in PER_SEED_KEYS}
+    return {seed: {key: columns[key][index] for key in PER_SEED_KEYS} for index, seed in enumerate(seeds)}
+
+
+def with_seed_rows(document: dict[str, Any] | None, rows: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``document`` whose per-seed lists hold ``rows`` in seed order, and their means."""
+    document = dict(document or {})
+    seeds = sorted(rows)
+    document["seeds"] = seeds
+    for key in PER_SEED_KEYS:
+        document[key] = [rows[seed].get(key) for seed in seeds]
+    for key in ("eval_success_before", "eval_success_after"):
+        values = [value for value in document[key] if value is not None]
+        document[f"{key}_mean"] = sum(values) / len(values) if values else None
+    return document
+
+
+def with_baselines(document: dict[str, Any] | None, env_id: str, records: list[dict[str, Any]],
+                   eval_options: dict[str, Any], recompute: bool) -> dict[str, Any]:
+    """``document`` holding baselines for these levels and options: kept when they match, else computed."""
+    document = dict(document or {})
+    levels = level_summary(env_id, records)
+    old = document.get("baselines") or {}
+    same = old.get("eval_options") == eval_options and document.get("eval_levels") == levels
+    if recompute or not same:
+        started = time.perf_counter()
+        baselines = compute_baselines(env_id, records, eval_options)
+        print(f"baselines on {len(records)} {env_id} levels in {time.perf_counter() - started:.1f} s: "
+              + ", ".join(f"{name} {100 * value['success']:.1f}%" for name, value in baselines.items()))
+        old = {**baselines, "eval_options": eval_options, "commit": provenance()["commit"]}
+    document.update(env_id=env_id, eval_levels=levels, eval_options=eval_options, baselines=old)
+    return document
+
+
+# ---------------------------------------------------------------------- one seed
+def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[str, Any]:
+    """Train ``config``; return the seed's :data:`PER_SEED_KEYS` figures (the curve PNG copied).
+
+    ``label`` is what the trainer calls ``env_id``'s eval entry in its metrics.
+    """
+    from llmgym_train.trainer import Trainer
+
+    load_start = os.getloadavg()
     started = time.perf_counter()
     with Trainer(config) as trainer:
         summary = trainer.train()
     minutes = (time.perf_counter() - started) / 60
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    curve = RESULTS_DIR / "learning_curve.png"
+    load_end = os.getloadavg()
+    output = Path(config.output)
+    records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    curve = None
     if summary.curve is not None:
+        curve = results_dir / f"{result_name(env_id)}_seed{config.seed}.png"
         shutil.copyfile(summary.curve, curve)
-    metrics = [json.loads(line) for line in (Path(args.output) / "metrics.jsonl").read_text().splitlines()]
-    path = write_result("learning_curve", {
-        "env": ENV_ID,
-        "model": MODEL,
-        "algo": config.algo,
+    key = f"success_rate/{label}"
+    print(summary.describe())
+    return {
+        "eval_success_before": summary.eval_before.get(label),
+        "eval_success_after": summary.eval_after.get(label),
         "minutes": round(minutes, 2),
+        "minutes_budget": config.max_minutes,
         "steps": summary.step,
         "completed": summary.completed,
-        "eval_levels": config.eval.levels,
-        "eval_success_before": summary.eval_before.get(ENV_ID),
-        "eval_success_after": summary.eval_after.get(ENV_ID),
-        "eval_curve": [(r["step"], r["success_rate"]) for r in metrics if r["kind"] == "eval"],
-        "train_success": [(r["step"], r.get("success_rate")) for r in metrics if r["kind"] == "train"],
-        "curve_png": str(curve),
+        "stop_reason": summary.stop_reason,
+        "eval_curve": [[r["step"], r[key]] for r in records if r["kind"] == "eval" and key in r],
+        "train_success": [[r["step"], r.get("success_rate")] for r in records if r["kind"] == "train"],
+        "load_average_start": [round(value, 2) for value in load_start],
+        "load_average_end": [round(value, 2) for value in load_end],
+        "curve_png": None if curve is None else repo_path(curve),
+        "output": repo_path(output),
+        "run_provenance": provenance(),
         "config": config.to_dict(),
-    })
-    print(summary.describe())
-    print(f"wrote {path}")
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="llmgym/FrozenLake-v0", help="registered id to train and evaluate on")
+    parser.add_argument("--seed", type=int, default=0, help="the training seed of this run")
+    parser.add_argument("--minutes", type=float, default=50.0, help="wall-clock budget of training")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="recipe (default: the env family's)")
+    parser.add_argument("--output", help="run folder (default runs/learning_curve/<Name>/seed<N>)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and PNGs go")
+    parser.add_argument("--baselines-only", action="store_true", help="compute and write the baselines only")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="llmgym_train config overrides")
+    args = parser.parse_args(argv)
+    from llmgym_train.config import load_config
+
+    preset_name, preset = preset_for(args.env, args.preset)
+    output = args.output or f"runs/learning_curve/{env_name(args.env)}/seed{args.seed}"
+    config = load_config(overrides=[
+        *config_overrides(args.env, preset, args.seed, args.minutes, output), *args.overrides,
+    ])
+    spec = eval_spec(config, args.env)
+    eval_options = dict(spec.options)
+    records = eval_records(args.env, config.eval.levels)
+    results_dir = args.results_dir.resolve()
+    path = results_dir / f"{result_name(args.env)}.json"
+    document = load_document(path)
+    check_compatible(document, args.env, level_summary(args.env, records), eval_options)
+    document = with_baselines(document, args.env, records, eval_options, recompute=args.baselines_only)
+    document = with_seed_rows(document, seed_rows(document))
+    if not args.baselines_only:
+        write_result(result_name(args.env), document, results_dir)  # the baselines, before hours of training
+        run = train_seed(config, args.env, spec.label, results_dir)
+        run["preset"] = preset_name
+        # Reread: another seed may have been merged while this one trained.
+        document = merge_seed(load_document(path) or document, args.seed, run)
+    print(f"wrote {write_result(result_name(args.env), document, results_dir)}")
 
 
 if __name__ == "__main__":

@@ -11,24 +11,37 @@ task:
   next observation, and an optional episode end after ``max_invalid_actions``;
 * the turn limit ``max_turns`` (``truncated``), the standard ``info`` keys, ``render_mode="ansi"``;
 * keeping observations inside the declared :class:`gymnasium.spaces.Text` space;
-* rejecting unknown constructor options with a suggestion.
+* rejecting unknown constructor options with a suggestion;
+* snapshots: ``get_state()`` / ``set_state(state)`` and ``state_key()``, also reported as
+  ``info["state_key"]`` at reset and at every step (see :class:`EnvState`).
 
-A subclass implements ``_reset_task``, ``_apply`` and ``_observe`` (see their docstrings).
+A subclass implements ``_reset_task``, ``_apply`` and ``_observe`` (see their docstrings), and
+for snapshots ``_task_state`` and ``_restore_task`` (and ``_state_key`` where ``_observe`` is
+not a fit key).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from llmgym.error import InvalidOptionError, ResetNeeded, UnknownOptionError, did_you_mean
+from llmgym.error import (
+    InvalidOptionError,
+    ResetNeeded,
+    SnapshotMismatch,
+    SnapshotNotSupported,
+    UnknownOptionError,
+    did_you_mean,
+)
 from llmgym.parsing import (
     NAMED_PARSERS,
     ActionParser,
@@ -99,6 +112,52 @@ class Outcome:
         self.valid = valid
         self.effective = effective
         self.info = info
+
+
+@dataclass(frozen=True, slots=True)
+class EnvState:
+    """A snapshot of a :class:`TextEnv`: everything its future depends on (``get_state()``).
+
+    Immutable and picklable: restoring it (``set_state``) in any process, on an env made with
+    the same id, makes the same actions give the same observations, rewards, ``terminated``,
+    ``truncated`` and infos as after the snapshot.
+
+    Attributes:
+        env: the env's class as ``"module:Class"``; ``set_state`` refuses another class.
+        env_id: the registered id the env was made with (``None`` when built directly).
+        task: the subclass's part (level, position, ...), from ``_task_state``.
+        rng: ``np_random``'s bit-generator state (NumPy's dict).
+        seed: ``np_random_seed`` at the snapshot.
+        turn: steps taken in the episode.
+        invalid_count: invalid actions in the episode.
+        ended: the episode had ended (the next ``step`` reports that).
+        success: ``info["success"]`` so far.
+        observation: the last observation returned, the one the next action answers.
+    """
+
+    env: str
+    env_id: str | None
+    task: Any
+    rng: dict[str, Any]
+    seed: int | None
+    turn: int
+    invalid_count: int
+    ended: bool
+    success: bool
+    observation: str
+
+
+def rng_state(generator: np.random.Generator) -> dict[str, Any]:
+    """The state of ``generator``'s bit generator (a picklable dict)."""
+    return generator.bit_generator.state
+
+
+def restore_rng(state: dict[str, Any], generator: np.random.Generator | None = None) -> np.random.Generator:
+    """A generator in ``state``: ``generator`` itself when its bit generator is of the same kind."""
+    if generator is None or type(generator.bit_generator).__name__ != state["bit_generator"]:
+        generator = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    generator.bit_generator.state = state
+    return generator
 
 
 def _reject_unknown_options(init: Callable[..., None]) -> Callable[..., None]:
@@ -180,6 +239,7 @@ class TextEnv(gym.Env[str, str]):
         self._started = False
         self._ended = False
         self._success = False
+        self._observation = ""
 
     # ------------------------------------------------------------------ the subclass's part
     @property
@@ -202,6 +262,33 @@ class TextEnv(gym.Env[str, str]):
     def _observe(self) -> str:
         """The current state as text (used in feedback and by ``render``)."""
         raise NotImplementedError
+
+    # For snapshots (get_state / set_state / state_key):
+    def _task_state(self) -> Any:
+        """The task's part of a snapshot: an immutable, picklable value (level, position, ...).
+
+        It must not share mutable objects with the env: later steps must not change it.
+        Counters and ``np_random`` are the core's; extra RNGs (an opponent's) belong here.
+        """
+        raise SnapshotNotSupported(
+            f"{type(self).__name__} cannot snapshot its state: it does not implement _task_state and "
+            "_restore_task. Implement both (see llmgym.core.TextEnv), or replay the episode from its "
+            "reset seed instead."
+        )
+
+    def _restore_task(self, task: Any) -> None:
+        """Put the task in the state ``task`` (a ``_task_state`` value), copying what later steps mutate."""
+        raise SnapshotNotSupported(
+            f"{type(self).__name__} cannot restore a snapshot: it does not implement _restore_task."
+        )
+
+    def _state_key(self) -> Any:
+        """A hashable, compact key, equal for equal game states (the step count aside).
+
+        Default: the state as text (``_observe()``). Override it where that text holds more
+        than the game state (feedback, history) or where the state holds more than the text.
+        """
+        return self._observe()
 
     # Optional, for eval sets, gold tests and the optimal agent:
     def level(self) -> Any:
@@ -236,7 +323,9 @@ class TextEnv(gym.Env[str, str]):
         self._success = False
         observation, info = self._reset_task(options)
         info["system_prompt"] = self.system_prompt
-        return to_charset(observation), info
+        info["state_key"] = self._state_key()
+        self._observation = observation = to_charset(observation)
+        return observation, info
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         if not self._started:
@@ -267,10 +356,81 @@ class TextEnv(gym.Env[str, str]):
             "action_is_effective": outcome.effective,
             "parsed_action": parsed,
             "turn": self._turn,
+            "state_key": self._state_key(),
         }
         if outcome.info:
             info.update(outcome.info)
-        return to_charset(observation), reward, terminated, truncated, info
+        self._observation = observation = to_charset(observation)
+        return observation, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ snapshots
+    def get_state(self) -> EnvState:
+        """A snapshot of the episode now (see :class:`EnvState`); restore it with :meth:`set_state`.
+
+        Raises:
+            ResetNeeded: before the first ``reset`` (there is no episode yet).
+            SnapshotNotSupported: the env cannot capture its state (the message says why).
+        """
+        if not self._started:
+            raise ResetNeeded(f"{type(self).__name__}.get_state was called before reset(); call env.reset() first.")
+        return EnvState(
+            env=_class_name(type(self)),
+            env_id=self.spec.id if self.spec is not None else None,
+            task=self._task_state(),
+            rng=rng_state(self.np_random),
+            seed=self._np_random_seed,
+            turn=self._turn,
+            invalid_count=self._invalid_count,
+            ended=self._ended,
+            success=self._success,
+            observation=self._observation,
+        )
+
+    def set_state(self, state: EnvState) -> None:
+        """Restore a snapshot from :meth:`get_state` (of this env or another made with the same id).
+
+        Works on a freshly made env too, before any ``reset``; then step ``env.unwrapped``
+        (``gym.make``'s order-enforcing wrapper still wants one ``reset`` first).
+
+        Raises:
+            SnapshotMismatch: ``state`` is not an :class:`EnvState` of this env's class and id.
+            SnapshotNotSupported: the env cannot restore a state.
+        """
+        self._check_state(state)
+        self._restore_task(state.task)
+        self._np_random = restore_rng(state.rng, self._np_random)
+        self._np_random_seed = state.seed
+        self._turn = state.turn
+        self._invalid_count = state.invalid_count
+        self._started = True
+        self._ended = state.ended
+        self._success = state.success
+        self._observation = state.observation
+
+    def state_key(self) -> Any:
+        """A hashable key of the game state now, equal for equal states (step count aside).
+
+        The same value is ``info["state_key"]`` at reset and after every step: steps that act
+        on equal keys acted on the same state, which is how a trainer groups them.
+        """
+        if not self._started:
+            raise ResetNeeded(f"{type(self).__name__}.state_key was called before reset(); call env.reset() first.")
+        return self._state_key()
+
+    def _check_state(self, state: Any) -> None:
+        name = _class_name(type(self))
+        if not isinstance(state, EnvState) or state.env != name:
+            got = state.env if isinstance(state, EnvState) else type(state).__name__
+            raise SnapshotMismatch(
+                f"{type(self).__name__}.set_state expected a state from get_state() of a {name} env, got "
+                f"{got!r}. Restore a state into an env made with the id it was taken from."
+            )
+        env_id = self.spec.id if self.spec is not None else None
+        if state.env_id is not None and env_id is not None and state.env_id != env_id:
+            raise SnapshotMismatch(
+                f"{type(self).__name__}.set_state got a state of {state.env_id!r}, but this env is {env_id!r}; "
+                f"ids differ in their settings. Restore it into an env made with gym.make({state.env_id!r})."
+            )
 
     def render(self) -> str | None:  # type: ignore[override]
         if self.render_mode == "ansi":
@@ -313,6 +473,7 @@ class TextEnv(gym.Env[str, str]):
             "action_is_effective": False,
             "parsed_action": None,
             "turn": self._turn,
+            "state_key": self._state_key(),
         }
         return "The episode is over; call reset() to start a new one.", 0.0, True, False, info
 
@@ -323,6 +484,17 @@ class TextEnv(gym.Env[str, str]):
         reproducible from one integer, which reset ``info`` reports as ``seed``.
         """
         return int(self.np_random.integers(0, 2**63 - 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def text_digest(text: str) -> str:
+    """A short stable digest of ``text`` (16 hex digits), the same in every process: for state keys."""
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+@functools.cache
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def level_rng(level_seed: int) -> np.random.Generator:

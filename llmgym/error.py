@@ -51,6 +51,14 @@ class ResetNeeded(Error, RuntimeError):
     """``step`` was called on an episode that has ended, or before the first ``reset``."""
 
 
+class SnapshotNotSupported(Error, NotImplementedError):
+    """``get_state``/``set_state`` cannot capture this env's state; the message says why and what to do."""
+
+
+class SnapshotMismatch(Error, ValueError):
+    """``set_state`` got a state taken from another kind of env (or not a state at all)."""
+
+
 class SubEnvError(Error, RuntimeError):
     """A sub-env of a vector env raised; carries the sub-env's index and seed."""
 

@@ -51,8 +51,11 @@ ENTRIES: list[EnvEntry] = [
     EnvEntry("FrozenLake-v0", _FROZEN_LAKE, {"size": 4}),
     EnvEntry("FrozenLake-8x8-v0", _FROZEN_LAKE, {"size": 8}),
     EnvEntry("FrozenLake-Slippery-v0", _FROZEN_LAKE, {"size": 4, "success_rate": 0.8}),
+    EnvEntry("FrozenLake-v1", _FROZEN_LAKE, {"size": 4, "grid": "spaced", "coordinates": True}),
     # --- Sokoban
     EnvEntry("Sokoban-v0", _SOKOBAN, {"dim_room": (6, 6), "num_boxes": 1}),
+    EnvEntry("Sokoban-v1", _SOKOBAN,
+             {"dim_room": (6, 6), "num_boxes": 1, "grid": "spaced", "coordinates": True, "max_turns": 30}),
     EnvEntry("Sokoban-8x8-2box-v0", _SOKOBAN, {"dim_room": (8, 8), "num_boxes": 2}),
     EnvEntry("Sokoban-10x10-3box-v0", _SOKOBAN, {"dim_room": (10, 10), "num_boxes": 3}),
     # --- math

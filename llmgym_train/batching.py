@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
 from llmgym_train.algorithms import (
     broadcast_to_tokens,
+    episode_normalized,
     gae,
-    group_normalized,
     masked_whiten,
     reinforce_pp,
+    step_grouped,
 )
 from llmgym_train.data import Sample
 
@@ -31,10 +33,14 @@ class Batch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
-    old_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor | None  # None: the update is on-policy, the loss uses its own logprobs
     token_rewards: torch.Tensor
     rewards: torch.Tensor  # (B,) the sample's reward (episode return or turn reward)
     group_ids: torch.Tensor  # (B,)
+    episode_ids: torch.Tensor  # (B,) the sample's episode (turn samples of one episode share it)
+    episode_returns: torch.Tensor  # (B,)
+    step_returns: torch.Tensor  # (B,) the trained turn's discounted return-to-go
+    state_ids: torch.Tensor  # (B,) the trained turn's state, numbered within the batch; -1: unknown
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
@@ -83,6 +89,8 @@ def collate(samples: Sequence[Sample], pad_token_id: int, group_offsets: Sequenc
         old_logprobs[row, :length] = torch.tensor(sample.behavior_logprobs, dtype=torch.float32)
         token_rewards[row, :length] = torch.tensor(sample.token_rewards, dtype=torch.float32)
     offsets = list(group_offsets) if group_offsets is not None else [0] * count
+    state_numbers: dict[Any, int] = {}
+    state_ids = [-1 if s.state_key is None else state_numbers.setdefault(s.state_key, len(state_numbers)) for s in samples]
     return Batch(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -91,6 +99,10 @@ def collate(samples: Sequence[Sample], pad_token_id: int, group_offsets: Sequenc
         token_rewards=token_rewards,
         rewards=torch.tensor([sample.reward for sample in samples], dtype=torch.float32),
         group_ids=torch.tensor([s.group_id + o for s, o in zip(samples, offsets, strict=True)], dtype=torch.long),
+        episode_ids=torch.tensor([sample.episode_index for sample in samples], dtype=torch.long),
+        episode_returns=torch.tensor([sample.episode_return for sample in samples], dtype=torch.float32),
+        step_returns=torch.tensor([sample.step_return for sample in samples], dtype=torch.float32),
+        state_ids=torch.tensor(state_ids, dtype=torch.long),
     )
 
 
@@ -102,16 +114,28 @@ def with_advantages(
     gamma: float,
     lam: float,
     values: torch.Tensor | None = None,
+    credit: str = "episode",
+    step_weight: float = 1.0,
 ) -> Batch:
     """``batch`` with ``advantages`` (and, for PPO, ``returns`` / ``old_values``) filled in.
 
-    * ``grpo``: each sample's reward normalized in its group, on all its generated tokens.
+    * ``grpo``: each sample's episode return normalized among the episodes of its group, on
+      all its generated tokens; with ``credit="gigpo"`` plus ``step_weight`` times the step
+      advantage among turns from the same state (:func:`~llmgym_train.algorithms.step_grouped`).
     * ``reinforce_pp``: discounted token returns whitened over the batch.
     * ``ppo``: token-level GAE from ``values`` ``(B, T)``, advantages whitened over the batch.
     """
     mask = batch.loss_mask  # (B, T)
     if algo == "grpo":
-        per_sample = group_normalized(batch.rewards, batch.group_ids, normalize_std=normalize_std)  # (B,)
+        if credit == "gigpo":
+            per_sample = step_grouped(
+                batch.episode_returns, batch.group_ids, batch.episode_ids, batch.step_returns, batch.state_ids,
+                step_weight, normalize_std,
+            )  # (B,)
+        else:
+            per_sample = episode_normalized(
+                batch.episode_returns, batch.group_ids, batch.episode_ids, normalize_std=normalize_std
+            )  # (B,)
         return replace(batch, advantages=broadcast_to_tokens(per_sample, mask))
     if algo == "reinforce_pp":
         return replace(batch, advantages=reinforce_pp(batch.token_rewards, mask, gamma))

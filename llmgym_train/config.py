@@ -32,6 +32,7 @@ from llmgym_train.distributed import DistributedConfig
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
 Layout = Literal["sequence", "turn"]
+Credit = Literal["episode", "gigpo"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
@@ -190,10 +191,20 @@ class LossConfig:
     group_keep_fraction: float = 1.0
     #: Drop samples whose turns had no parsable action or were cut off by ``max_new_tokens``.
     filter_void_turns: bool = False
+    #: GRPO credit: ``episode`` (each turn gets its episode's group advantage) or ``gigpo`` (plus a
+    #: step advantage among the group's turns from the same env state; needs ``rollout.layout=turn``).
+    credit: Credit = "episode"
+    #: ``gigpo``: weight of the step advantage added to the episode advantage.
+    step_weight: float = 1.0
+    #: ``gigpo``: discount of the turn returns-to-go that step advantages compare.
+    step_gamma: float = 0.95
 
     def __post_init__(self) -> None:
         _check_choice("loss", "aggregation", self.aggregation, LossAggregation)
         _check_choice("loss", "kl_estimator", self.kl_estimator, KLEstimator)
+        _check_choice("loss", "credit", self.credit, Credit)
+        _check_range("loss", "step_weight", self.step_weight, 0.0)
+        _check_range("loss", "step_gamma", self.step_gamma, 0.0, 1.0)
         _check_range("loss", "clip_low", self.clip_low, 0.0, 1.0)
         _check_range("loss", "clip_high", self.clip_high, 0.0)
         _check_range("loss", "gamma", self.gamma, 0.0, 1.0)
@@ -322,6 +333,17 @@ class TrainConfig:
                     f"{section} has more than one entry called {repeated[0]!r}; give each a distinct name, "
                     f"e.g. {{id: {repeated[0]}, name: lake-2x2, options: {{size: 2}}}}."
                 )
+        if self.loss.credit == "gigpo" and (self.algo != "grpo" or self.rollout.layout != "turn"):
+            raise InvalidOptionError(
+                "loss.credit=gigpo adds step advantages to GRPO's group advantage per turn sample, so it needs "
+                f"algo=grpo and rollout.layout=turn; got algo={self.algo}, rollout.layout={self.rollout.layout}. "
+                "Set algo=grpo rollout.layout=turn, or loss.credit=episode."
+            )
+        if self.rollout.agent == "markov" and self.rollout.layout != "turn":
+            raise InvalidOptionError(
+                "rollout.agent=markov gives every turn a fresh context, so a whole-episode sample is not what the "
+                "model saw; set rollout.layout=turn."
+            )
         batch = self.episodes_per_step
         if self.optim.minibatch_size and self.rollout.layout == "sequence" and self.optim.minibatch_size > batch:
             raise InvalidOptionError(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmgym_train.algorithms.advantages import turn_returns
 from llmgym_train.generation.base import FinishReason
 
 SampleLayout = Literal["sequence", "turn"]
@@ -39,6 +40,8 @@ class Turn:
         reward: the env's reward for this turn's action.
         action_is_valid: the env could parse and apply the action (``info["action_is_valid"]``).
         finish_reason: ``"stop"`` when the model ended its turn, ``"length"`` when cut at ``max_tokens``.
+        state_key: the env's ``info["state_key"]`` of the state this turn acted on (``None``
+            where the env gives none); turns with equal keys in one group share a step-level group.
     """
 
     observation_start: int
@@ -47,6 +50,7 @@ class Turn:
     reward: float
     action_is_valid: bool
     finish_reason: FinishReason
+    state_key: Any = None
 
     @property
     def num_generated(self) -> int:
@@ -75,6 +79,9 @@ class Trajectory:
         info: the reset ``info`` (``level_id``, ``optimal_steps``, ...) without ``system_prompt``.
         messages: the conversation as text (system, user, assistant, ...), for logs and checks;
             the tokens above, not these texts, are what training uses.
+        fresh_contexts: each turn was generated from its own context, ``token_ids[turn.observation_start
+            : turn.start]`` (the ``markov`` agent), not from everything before it; only the ``turn``
+            sample layout reproduces what the model saw.
     """
 
     token_ids: list[int]
@@ -90,6 +97,7 @@ class Trajectory:
     seed: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, str]] = field(default_factory=list)
+    fresh_contexts: bool = False
 
     @property
     def turn_rewards(self) -> list[float]:
@@ -155,6 +163,9 @@ class Sample:
         episode_index: the trajectory this sample came from.
         turn_index: the turn this sample trains (``None`` for the ``sequence`` layout).
         num_turns: turns in the episode.
+        state_key: the trained turn's :attr:`Turn.state_key` (``turn`` layout; ``None`` otherwise).
+        step_return: the trained turn's discounted return-to-go (``turn`` layout; the episode's
+            return for the ``sequence`` layout).
     """
 
     token_ids: list[int]
@@ -170,27 +181,41 @@ class Sample:
     episode_index: int
     turn_index: int | None
     num_turns: int
+    state_key: Any = None
+    step_return: float = 0.0
 
 
 def make_samples(
-    trajectories: list[Trajectory], layout: SampleLayout = "sequence", history_turns: int | None = None
+    trajectories: list[Trajectory],
+    layout: SampleLayout = "sequence",
+    history_turns: int | None = None,
+    step_gamma: float = 1.0,
 ) -> list[Sample]:
     """Training samples from ``trajectories`` in the chosen layout.
 
     Arguments:
         layout: ``"sequence"`` (one sample per episode) or ``"turn"`` (one per turn).
         history_turns: ``turn`` layout only: previous turns kept before the trained one
-            (``None`` keeps all of them; 0 keeps just the task prompt).
+            (``None`` keeps all of them; 0 keeps just the task prompt). Trajectories with
+            ``fresh_contexts`` ignore it: each turn's sample is exactly the context it was
+            generated from.
+        step_gamma: ``turn`` layout: the discount of each sample's ``step_return``.
     """
     if layout == "sequence":
+        fresh = [trajectory.env_id for trajectory in trajectories if trajectory.fresh_contexts]
+        if fresh:
+            raise ValueError(
+                f"Episodes of {fresh[0]} were played with a fresh context per turn (the markov agent), so one "
+                "sequence per episode is not what the model saw; use layout 'turn'."
+            )
         return [_sequence_sample(trajectory) for trajectory in trajectories]
     if layout == "turn":
         if history_turns is not None and history_turns < 0:
             raise ValueError(f"history_turns must be >= 0 or None, got {history_turns}.")
         return [
-            _turn_sample(trajectory, index, history_turns)
+            _turn_sample(trajectory, index, history_turns, step_return)
             for trajectory in trajectories
-            for index in range(len(trajectory.turns))
+            for index, step_return in enumerate(turn_returns(trajectory.turn_rewards, step_gamma))
         ]
     raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
 
@@ -210,17 +235,21 @@ def _sequence_sample(trajectory: Trajectory) -> Sample:
         episode_index=trajectory.episode_index,
         turn_index=None,
         num_turns=len(trajectory.turns),
+        step_return=trajectory.episode_return,
     )
 
 
-def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None) -> Sample:
+def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None, step_return: float) -> Sample:
     turns = trajectory.turns
     turn = turns[index]
-    first_kept = 0 if history_turns is None else max(0, index - history_turns)
-    # Kept history: the prompt, then from the generation of the first kept turn onward
-    # (each unit is a generation plus the observation that follows it).
-    spans = [(0, trajectory.prompt_length)]
-    spans.append((turns[first_kept].start if first_kept < index else turn.start, turn.end))
+    if trajectory.fresh_contexts:
+        spans = [(turn.observation_start, turn.end)]
+    else:
+        first_kept = 0 if history_turns is None else max(0, index - history_turns)
+        # Kept history: the prompt, then from the generation of the first kept turn onward
+        # (each unit is a generation plus the observation that follows it).
+        spans = [(0, trajectory.prompt_length)]
+        spans.append((turns[first_kept].start if first_kept < index else turn.start, turn.end))
     token_ids: list[int] = []
     logprobs: list[float] = []
     positions: list[int] = []
@@ -247,4 +276,6 @@ def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None) 
         episode_index=trajectory.episode_index,
         turn_index=index,
         num_turns=len(turns),
+        state_key=turn.state_key,
+        step_return=step_return,
     )

@@ -7,13 +7,55 @@ evaluation) and never formats anything itself.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 CURVE_FILE = "learning_curve.png"
 METRICS_FILE = "metrics.jsonl"
+#: vLLM's, transformers' and Python warnings' log lines of a run, kept out of the console.
+LOG_FILE = "run.log"
+_LIBRARY_LOGGERS = ("vllm", "transformers", "torch", "ray", "py.warnings")
+
+
+def route_library_logs(path: Path) -> None:
+    """Send the engines' log lines and Python warnings to ``path``, keeping the console for progress.
+
+    vLLM and transformers log at every engine start and weight sync; in a training run those
+    lines bury the progress line. Warnings raised from llmgym's own code still reach the
+    console (they say something the user chose or must fix), and go to the file as well.
+    Call before vLLM is imported, so that it leaves logging to us.
+    """
+    os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
+    os.environ.setdefault("TQDM_DISABLE", "1")  # weight-loading bars of both libraries
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_default_handler()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+    for name in _LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            if getattr(old, "_llmgym_run_log", False) or type(old) is logging.StreamHandler:
+                logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.propagate = False
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+    console = logging.StreamHandler()
+    console.addFilter(lambda record: "/llmgym" in record.getMessage())
+    logging.getLogger("py.warnings").addHandler(console)
+    handler._llmgym_run_log = True  # type: ignore[attr-defined]
+    console._llmgym_run_log = True  # type: ignore[attr-defined]
+    logging.captureWarnings(True)
 
 
 class RunLog:
@@ -26,7 +68,15 @@ class RunLog:
         start_step: the step a resumed run starts from (the bar and ETA continue from it).
     """
 
-    def __init__(self, output: Path, total_steps: int, *, progress: bool = True, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        output: Path,
+        total_steps: int,
+        *,
+        progress: bool = True,
+        start_step: int = 0,
+        max_minutes: float = 0.0,
+    ) -> None:
         self.output = output
         self.records: list[dict[str, Any]] = _read_jsonl(output / METRICS_FILE)
         self._file = (output / METRICS_FILE).open("a")
@@ -36,17 +86,24 @@ class RunLog:
         if progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-            self._progress = Progress(
-                TextColumn("step {task.completed:>4.0f}/{task.total:.0f}"),
-                BarColumn(),
-                TextColumn("{task.fields[status]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
+            # Under a time budget the bar counts minutes, not steps: the budget ends the run first.
+            columns = (
+                [TextColumn("{task.fields[status]}"), BarColumn(bar_width=20), TimeElapsedColumn()]
+                if max_minutes
+                else [TextColumn("{task.fields[status]}"), BarColumn(bar_width=20), TimeElapsedColumn(),
+                      TextColumn("ETA"), TimeRemainingColumn()]
             )
-            self._task = self._progress.add_task("train", total=total_steps, completed=start_step, status="")
+            self._progress = Progress(*columns)
+            self._task = self._progress.add_task(
+                "train", total=60 * max_minutes if max_minutes else total_steps,
+                completed=0 if max_minutes else start_step, status=f"step {start_step}: starting",
+            )
             self._progress.start()
         self._started = time.monotonic()
+        self._total_steps = total_steps
+        self._budget = 60 * max_minutes
+        self._budget_start: float | None = None
+        self._train_success: float | None = None
 
     def log(self, step: int, kind: str, values: dict[str, Any]) -> None:
         """Record ``values`` (``kind`` is ``train`` or ``eval``) at ``step`` in every sink."""
@@ -60,12 +117,28 @@ class RunLog:
                     self._writer.add_scalar(f"{kind}/{name}", value, step)
             self._writer.flush()
 
-    def advance(self, step: int, reward: float, success: float | None) -> None:
-        """Move the progress bar to ``step`` and show the latest reward and eval success."""
+    def start_budget(self) -> None:
+        """The time budget starts now (after the first evaluation)."""
+        self._budget_start = time.monotonic()
+
+    def status(self, text: str) -> None:
+        """Show what the run is doing now (``evaluating``, ``training``) on the progress line."""
+        if self._progress is not None:
+            self._progress.update(self._task, status=text)
+
+    def advance(self, step: int, train_success: float | None, eval_success: float | None) -> None:
+        """Move the progress line to ``step``: train success, last eval success, time left of the budget."""
         if self._progress is None:
             return
-        success_text = "-" if success is None else f"{success:.2f}"
-        self._progress.update(self._task, completed=step, status=f"reward {reward:+.3f}  success {success_text}")
+        train = "-" if train_success is None else f"{train_success:.0%}"
+        last_eval = "-" if eval_success is None else f"{eval_success:.0%}"
+        text = f"step {step}/{self._total_steps}  train success {train}  last eval {last_eval}"
+        if self._budget and self._budget_start is not None:
+            used = time.monotonic() - self._budget_start
+            text += f"  {max(self._budget - used, 0) / 60:.1f} min left"
+            self._progress.update(self._task, completed=min(used, self._budget), status=text)
+        else:
+            self._progress.update(self._task, completed=step, status=text)
 
     def plot(self) -> Path:
         """Write the learning curve (train reward/success per step, eval success) to a PNG."""

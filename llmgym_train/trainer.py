@@ -30,11 +30,11 @@ from llmgym_train.chat import ChatTokens
 from llmgym_train.config import EnvSpec, TrainConfig, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
 from llmgym_train.generation import SamplingSpec, make_generator
-from llmgym_train.metrics import RunLog
+from llmgym_train.metrics import LOG_FILE, RunLog, route_library_logs
 from llmgym_train.models import resolve_model
 from llmgym_train.policy import Policy
 from llmgym_train.rollout import rollout as run_rollout
-from llmgym_train.update import accumulate_gradients, optimizer_step, score_batch
+from llmgym_train.update import accumulate_gradients, normalizer, optimizer_step, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -83,6 +83,7 @@ class Trainer:
         self.model_folder = resolve_model(config.model)
         self.output = Path(config.output)
         self.output.mkdir(parents=True, exist_ok=True)
+        route_library_logs(self.output / LOG_FILE)
         save_config(config, self.output / "config.yaml")
         loss = config.loss
         self.policy = Policy.load(
@@ -107,7 +108,9 @@ class Trainer:
             if self.env_workers is not None:
                 self.env_workers.close()
             raise
-        self.log = RunLog(self.output, config.steps, progress=config.progress, start_step=self.step)
+        self.log = RunLog(
+            self.output, config.steps, progress=config.progress, start_step=self.step, max_minutes=config.max_minutes
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Trainer:
@@ -162,12 +165,14 @@ class Trainer:
                 self.evaluate()
             # The budget counts training only, so a slow first evaluation cannot use it up.
             deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else math.inf
+            self.log.start_budget()
+            self.log.advance(self.step, None, self._last_eval_success())
             while self.step < config.steps:
                 if time.monotonic() >= deadline:
                     stop_reason = f"time budget of {config.max_minutes:g} minutes used"
                     break
                 metrics = self.train_step()
-                self.log.advance(self.step, metrics.get("reward_mean", math.nan), self._last_eval_success())
+                self.log.advance(self.step, metrics.get("success_rate"), self._last_eval_success())
                 if self.nan_streak >= config.max_nan_steps:
                     stop_reason, completed = f"{self.nan_streak} steps in a row with a non-finite loss", False
                     break
@@ -247,7 +252,7 @@ class Trainer:
     def _filtered_samples(self, trajectories: list[Trajectory]) -> tuple[list[Sample], dict[str, Any]]:
         rollout, loss = self.config.rollout, self.config.loss
         history = None if rollout.history_turns < 0 else rollout.history_turns
-        samples = make_samples(trajectories, rollout.layout, history)
+        samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma)
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:
             kept_groups = self._informative_groups(trajectories)
@@ -274,32 +279,50 @@ class Trainer:
         """Collate, rescore under the current weights, and attach advantages."""
         config = self.config
         batch = collate(samples, self.policy.pad_token_id)
+        loss = config.loss
+        single_update = config.optim.ppo_epochs == 1 and not 0 < config.optim.minibatch_size < len(batch)
+        if single_update and config.algo != "ppo" and loss.kl_coef == 0:
+            # One update on fresh data: its first forward pass gives the old logprobs, no
+            # separate scoring pass (a third of a step's compute) is needed.
+            batch.old_logprobs = None
+            return with_advantages(
+                batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
+                credit=loss.credit, step_weight=loss.step_weight,
+            )
         scored = score_batch(
             self.policy, batch, config.optim.micro_batch_size, values=config.algo == "ppo",
-            reference=config.loss.kl_coef > 0,
+            reference=loss.kl_coef > 0,
         )
         # The ratio's denominator is the trainer's own logprob of the sampled tokens: the
         # generator's numbers differ by its dtype and kernels, which would bias the clip.
         batch.old_logprobs = scored["logprobs"] * batch.loss_mask
         batch.ref_logprobs = scored.get("ref_logprobs")
-        loss = config.loss
         return with_advantages(
             batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
-            values=scored.get("values"),
+            values=scored.get("values"), credit=loss.credit, step_weight=loss.step_weight,
         )
 
     def _update(self, batch: Batch) -> dict[str, Any]:
         config = self.config
         self.policy.train()
         generator = torch.Generator().manual_seed(int(_seeds(config.seed, self.step, 20_000, count=1)[0] % 2**62))
-        size = config.optim.minibatch_size or len(batch)
+        divisor, without_signal = None, 0
+        if batch.old_logprobs is None and config.loss.entropy_coef == 0:
+            # A single on-policy update: samples without advantage add no gradient (update.with_signal).
+            divisor = normalizer(batch, config.loss.aggregation)
+            kept = with_signal(batch)
+            without_signal = len(batch) - len(kept)
+            batch = batch.select(kept)
+        size = config.optim.minibatch_size or max(len(batch), 1)
         totals: dict[str, float] = {}
         updates, non_finite = 0, False
         for _ in range(config.optim.ppo_epochs):
             order = torch.randperm(len(batch), generator=generator)
             for start in range(0, len(batch), size):
                 minibatch = batch.select(order[start : start + size])
-                stats = accumulate_gradients(self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo)
+                stats = accumulate_gradients(
+                    self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo, divisor
+                )
                 norm = optimizer_step(self.policy, self.optimizer, config.optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
                 if norm is None:
                     self.optimizer.zero_grad(set_to_none=True)
@@ -312,7 +335,10 @@ class Trainer:
         self.nan_steps += int(non_finite)
         self.nan_streak = self.nan_streak + 1 if non_finite else 0
         means = {name: value / max(updates, 1) for name, value in totals.items()}
-        return {**means, "updates": updates, "skipped_non_finite": int(non_finite), "nan_steps_total": self.nan_steps}
+        return {
+            **means, "updates": updates, "skipped_non_finite": int(non_finite), "nan_steps_total": self.nan_steps,
+            "samples_without_signal": without_signal,
+        }
 
     def _sync_weights(self) -> None:
         if self.config.rollout.backend != "hf" or self.config.distributed.enabled:
@@ -323,6 +349,7 @@ class Trainer:
         """Greedy success rate on the first ``eval.levels`` levels of each validation env's eval set."""
         if self.config.eval.disabled:
             return {}
+        self.log.status(f"step {self.step}: evaluating")
         starts: list[EpisodeStart] = []
         labels: list[str] = []
         for spec in self.config.validation_envs:

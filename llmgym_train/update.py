@@ -66,8 +66,11 @@ def micro_batch_loss(
     )
     mask = micro.loss_mask  # (B, T)
     assert micro.advantages is not None, "advantages must be computed before the update"
+    # No old logprobs: the update is the first and only one on this data, so the policy that
+    # sampled it (as the trainer scores it) is the current one and the ratio is exactly 1.
+    old_logprobs = scored["logprobs"].detach() if micro.old_logprobs is None else micro.old_logprobs
     total, stats = clipped_surrogate(
-        scored["logprobs"], micro.old_logprobs, micro.advantages, mask,
+        scored["logprobs"], old_logprobs, micro.advantages, mask,
         loss.clip_low, loss.clip_high, loss.aggregation, divisor,
     )
     stats["policy_loss"] = float(total.detach())
@@ -92,14 +95,17 @@ def micro_batch_loss(
 
 
 def accumulate_gradients(
-    policy: Policy, minibatch: Batch, micro_batch_size: int, loss: LossConfig, algo: str
+    policy: Policy, minibatch: Batch, micro_batch_size: int, loss: LossConfig, algo: str,
+    divisor: float | None = None,
 ) -> dict[str, float]:
     """Backward the minibatch's loss in micro-batches; gradients add up in ``.grad``.
 
     Returns summed stats (each already weighted by its share of the minibatch) and ``loss``;
     a non-finite loss is reported as ``loss = nan`` and stops the accumulation early.
+    ``divisor``: the loss normalizer when ``minibatch`` is part of a larger batch whose other
+    samples carry no gradient (see :func:`with_signal`); default: the minibatch's own.
     """
-    divisor = normalizer(minibatch, loss.aggregation)
+    divisor = divisor or normalizer(minibatch, loss.aggregation)
     totals: dict[str, float] = {}
     # The split does not change the gradient (see the module docstring), so cut it where
     # lengths are alike: right padding costs as much compute as real tokens.
@@ -115,6 +121,22 @@ def accumulate_gradients(
             totals[name] = totals.get(name, 0.0) + weighted
         totals["loss"] = totals.get("loss", 0.0) + float(micro_loss.detach())
     return totals
+
+
+#: Advantages smaller than this in magnitude are rounding left over from equal rewards, not signal.
+NO_SIGNAL = 1e-6
+
+
+def with_signal(batch: Batch) -> torch.Tensor:
+    """Rows of ``batch`` with a nonzero advantage on some token: ``(K,)`` indices.
+
+    In a single on-policy update without KL or entropy terms, a sample whose advantages are
+    all zero adds nothing to the gradient (its ratio is 1, its surrogate 0): a group whose
+    episodes all scored alike, a turn alone in its step group. Skipping it, with the full
+    batch's divisor kept, leaves the gradient as it was and saves its forward and backward.
+    """
+    assert batch.advantages is not None
+    return (batch.advantages.abs().amax(dim=1) >= NO_SIGNAL).nonzero().flatten()
 
 
 def _share(micro: Batch, minibatch: Batch, aggregation: str) -> float:

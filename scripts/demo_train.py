@@ -2,53 +2,44 @@
 
     python scripts/demo_train.py [--output runs/demo] [--minutes 10] [key=value ...]
 
-This is ``llmgym-train`` with a preset for a small machine: vLLM generation, GRPO, full
-fine-tuning, short episodes on ``llmgym/FrozenLake-v0`` with a 2x2 lake, and 32 eval levels
-(eval seeds, since the frozen eval set holds 4x4 lakes). Training stops after ``--minutes``
-of wall time (the first evaluation is not counted); the script then prints the greedy eval
-success before and after, and where the learning curve is. Any config key can be
-overridden as ``key=value`` (see ``llmgym-train --help``).
+This is ``llmgym-train`` with the learning-curve benchmark's ``frozenlake-v1`` recipe
+(:mod:`benchmarks.learning_curve`): ``llmgym/FrozenLake-v1`` (one token per cell, the
+player's coordinates), the ``markov`` agent (each turn sees the system prompt and the latest
+map only), GRPO with step advantages among turns from the same state, 3x3 and 4x4 lakes.
+Evaluation plays the first 32 levels of the frozen 4x4 eval set, greedy, before and after.
+
+Beside before/after it prints what three agents score on the same 32 levels: the best fixed
+move sequence played blind (found by exhaustive search), a random agent, and the optimal
+solver. A model that beats the blind route reads the map; one that matches it has only learnt
+to head for the corner. Training stops after ``--minutes`` of wall time (the first
+evaluation is not counted). Any config key can be overridden as ``key=value``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from llmgym.error import Error
-from llmgym_train.config import TrainConfig, load_config
-from llmgym_train.trainer import Trainer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's benchmarks/ folder
 
-PRESET = [
-    "algo=grpo",
-    "model=smollm2-135m",
-    # A 2x2 lake: the goal is two moves away. The base model rarely writes the answer tag, so
-    # the lenient parser also takes the last move it names: that gives GRPO groups reward
-    # variance from the first step. Eval plays the same options, so before/after compare.
-    # Four groups a step and a moderate learning rate: with two groups and lr 1e-4 the policy
-    # sometimes settled on a valid move that never reaches the goal (e.g. always Down) before
-    # any group had a success, and then no group had reward variance left to learn from.
-    "train_envs=[{id: llmgym/FrozenLake-v0, n_groups: 4, options: {size: 2, max_turns: 3, action_parser: lenient}}]",
-    "rollout.backend=vllm",
-    "rollout.group_size=8",
-    # Six tokens hold one move ("Right-action:" and the like). With longer turns the model
-    # rambles and the move it names last is close to random: sampled success then rises
-    # while the greedy answer never settles on a move.
-    "rollout.max_new_tokens=6",
-    "rollout.max_model_len=512",
-    "optim.lr=5e-5",
-    "optim.micro_batch_size=8",
-    "eval.levels=32",
-    "eval.every=0",
-    "eval.use_eval_set=false",
-    "checkpoint_every=0",
-    "steps=1000",
-]
+from benchmarks.baselines import compute_baselines, eval_records  # noqa: E402
+from benchmarks.learning_curve import config_overrides, preset_for  # noqa: E402
+from llmgym.error import Error  # noqa: E402
+from llmgym_train.config import TrainConfig, load_config  # noqa: E402
+
+ENV_ID = "llmgym/FrozenLake-v1"
+EVAL_LEVELS = 32
 
 
 def demo_config(output: str, minutes: float, overrides: list[str]) -> TrainConfig:
-    """The preset, stopped by wall time (``max_minutes``) rather than by a step count."""
-    return load_config(overrides=[*PRESET, f"max_minutes={minutes}", f"output={output}", *overrides])
+    """The recipe, stopped by wall time (``max_minutes``) rather than by a step count."""
+    _, preset = preset_for(ENV_ID, None)
+    recipe = config_overrides(ENV_ID, preset, seed=0, minutes=minutes, output=output)
+    return load_config(overrides=[
+        *recipe, f"eval.levels={EVAL_LEVELS}", "eval.every=0", "checkpoint_every=0", "progress=true", *overrides,
+    ])
 
 
 def main() -> int:
@@ -62,16 +53,28 @@ def main() -> int:
     except Error as error:
         print(f"demo_train: {error}")
         return 2
+    eval_options = dict(config.validation_envs[0].options)
+    print(f"Baselines on the first {config.eval.levels} levels of the {ENV_ID} eval set (exhaustive search) ...")
+    baselines = compute_baselines(ENV_ID, eval_records(ENV_ID, config.eval.levels), eval_options)
+    from llmgym_train.trainer import Trainer
+
     started = time.perf_counter()
     with Trainer(config) as trainer:
         summary = trainer.train()
     minutes = (time.perf_counter() - started) / 60
-    print(summary.describe())
-    for env_id in summary.eval_before:
-        before, after = summary.eval_before[env_id], summary.eval_after.get(env_id)
-        print(f"Eval success on {env_id} (greedy, {config.eval.levels} eval levels): "
-              f"before {before:.1%}, after {after if after is None else format(after, '.1%')}")
-    print(f"Learning curve: {summary.curve}  ({minutes:.1f} minutes)")
+    before, after = summary.eval_before.get(ENV_ID), summary.eval_after.get(ENV_ID)
+    blind = baselines["blind_route"]
+    rows = [
+        ("SmolLM2-135M before training", before),
+        (f"SmolLM2-135M after {summary.step} steps", after),
+        (f"best blind route ({' '.join(blind['route'])})", blind["success"]),
+        ("random moves", baselines["random"]["success"]),
+        ("optimal solver", baselines["optimal"]["success"]),
+    ]
+    print(f"\nGreedy success on {config.eval.levels} levels of the {ENV_ID} eval set:")
+    for name, value in rows:
+        print(f"  {name:<48} {'-' if value is None else format(value, '.1%')}")
+    print(f"Run folder: {summary.output} (learning curve: {summary.curve}; logs: run.log)  [{minutes:.1f} minutes]")
     return 0 if summary.completed else 1
 
 

@@ -12,6 +12,7 @@ from llmgym_train.algorithms import (
     clipped_surrogate,
     discounted_returns,
     entropy_from_logits,
+    episode_normalized,
     gae,
     group_normalized,
     group_variance_keep,
@@ -19,7 +20,9 @@ from llmgym_train.algorithms import (
     masked_whiten,
     place_turn_rewards,
     reinforce_pp,
+    step_grouped,
     token_logprobs,
+    turn_returns,
     value_loss,
     void_turn_keep,
 )
@@ -174,3 +177,54 @@ def test_group_variance_keeps_the_most_varied_groups() -> None:
 def test_void_turns_are_dropped() -> None:
     keep = void_turn_keep(T([True, False, True, False]), T([False, False, True, True]))
     assert keep.tolist() == [True, False, False, False]
+
+
+# ---------------------------------------------------------------------- turn samples and step groups
+def test_turn_returns_by_hand() -> None:
+    assert turn_returns([0.0, -0.1, 1.0], gamma=0.5) == pytest.approx([0.2, 0.4, 1.0])
+    assert turn_returns([], gamma=0.9) == []
+
+
+def test_episode_normalized_counts_each_episode_once() -> None:
+    # Group 0: episode 0 (3 turns, return 1), episode 1 (1 turn, return 0). Turn-weighted stats
+    # would give mean 0.75; per episode the mean is 0.5 and the std (unbiased) sqrt(0.5).
+    returns = T([1.0, 1.0, 1.0, 0.0])
+    advantages = episode_normalized(returns, T([0, 0, 0, 0]), T([0, 0, 0, 1]), normalize_std=False)
+    assert advantages.tolist() == pytest.approx([0.5, 0.5, 0.5, -0.5])
+    normalized = episode_normalized(returns, T([0, 0, 0, 0]), T([0, 0, 0, 1]))
+    assert normalized.tolist() == pytest.approx([0.5 / math.sqrt(0.5)] * 3 + [-0.5 / math.sqrt(0.5)], rel=1e-4)
+
+
+def test_step_grouped_by_hand_with_a_repeated_state() -> None:
+    # One group, two episodes on the same level. Episode 0 (return 1): turns from states A, B, A
+    # (it came back to A). Episode 1 (return 0): turns from A, C. Step returns are given.
+    episode_returns = T([1.0, 1.0, 1.0, 0.0, 0.0])
+    group_ids = T([0, 0, 0, 0, 0])
+    episode_ids = T([0, 0, 0, 1, 1])
+    step_returns = T([0.81, 0.9, 1.0, 0.0, 0.0])
+    state_ids = T([0, 1, 0, 0, 2])  # A=0, B=1, C=2
+    advantages = step_grouped(
+        episode_returns, group_ids, episode_ids, step_returns, state_ids, step_weight=0.5, normalize_std=False
+    )
+    # Episode advantages: +0.5 / -0.5. Step group A = {0.81, 1.0, 0.0}, mean 0.6033...;
+    # B and C are alone (step advantage 0).
+    mean_a = (0.81 + 1.0 + 0.0) / 3
+    expected = [
+        0.5 + 0.5 * (0.81 - mean_a),
+        0.5,
+        0.5 + 0.5 * (1.0 - mean_a),
+        -0.5 + 0.5 * (0.0 - mean_a),
+        -0.5,
+    ]
+    assert advantages.tolist() == pytest.approx(expected)
+
+
+def test_step_grouped_keeps_groups_and_unknown_states_apart() -> None:
+    # The same state id in two groups (two levels) must not form one step group; -1 never groups.
+    advantages = step_grouped(
+        T([1.0, 0.0, 1.0, 0.0]), T([0, 0, 1, 1]), T([0, 1, 2, 3]), T([1.0, 0.0, 5.0, 0.0]), T([7, 7, 7, -1]),
+        step_weight=1.0, normalize_std=False,
+    )
+    # Group 0: episode advantages +-0.5, step group {1.0, 0.0}: +-0.5. Group 1: +-0.5, and each
+    # of its turns is alone in its step group (state 7 of group 1 once; the unknown state).
+    assert advantages.tolist() == pytest.approx([1.0, -1.0, 0.5, -0.5])

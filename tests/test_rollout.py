@@ -139,6 +139,33 @@ def test_sample_layouts(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
         assert headers == min(sample.turn_index, 1) + 1
 
 
+def test_markov_agent_gives_each_turn_a_fresh_context(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
+    import gymnasium as gym
+
+    generator, chat = tiny_setup
+    episodes = group_episodes([EnvMix("llmgym/FrozenLake-v1")], 2, seed=4)
+    result = rollout(generator, chat, episodes, agent="markov", config=config(max_turns=4, max_tokens=6))
+    samples = make_samples(result.trajectories, "turn", history_turns=5)
+    for trajectory in result.trajectories:
+        trajectory.check()
+        assert trajectory.fresh_contexts
+        # Replay the episode's actions on a fresh env: each turn's context is exactly the chat
+        # prompt of the system prompt and that turn's observation, nothing of earlier turns.
+        env = gym.make(trajectory.env_id)
+        observation, info = env.reset(seed=trajectory.seed)
+        for index, turn in enumerate(trajectory.turns):
+            context = trajectory.token_ids[turn.observation_start : turn.start]
+            assert context == chat.prompt(observation, info["system_prompt"])
+            action = chat.decode(trajectory.token_ids[turn.start : turn.end])
+            sample = next(s for s in samples if s.episode_index == trajectory.episode_index and s.turn_index == index)
+            assert sample.token_ids == trajectory.token_ids[turn.observation_start : turn.end]
+            assert sum(sample.loss_mask) == turn.end - turn.start
+            observation, reward, terminated, truncated, _ = env.step(action)
+            assert reward == turn.reward
+    with pytest.raises(ValueError, match="layout 'turn'"):
+        make_samples(result.trajectories, "sequence")
+
+
 def test_math_multi_turn_agent_retries_the_same_problem(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
     episodes = group_episodes([EnvMix("llmgym/Math-Easy-v0")], 2, seed=0)

@@ -9,7 +9,7 @@ from llmgym_train.batching import Batch
 from llmgym_train.config import LossConfig
 from llmgym_train.policy import Policy
 from llmgym_train.testing import tiny_model, tiny_tokenizer
-from llmgym_train.update import accumulate_gradients
+from llmgym_train.update import accumulate_gradients, normalizer, with_signal
 from llmgym_train.value import ValueHead
 
 
@@ -45,6 +45,10 @@ def _batch(policy: Policy, size: int = 8) -> Batch:
         token_rewards=torch.zeros(size, width),
         rewards=torch.zeros(size),
         group_ids=torch.zeros(size, dtype=torch.long),
+        episode_ids=torch.arange(size),
+        episode_returns=torch.zeros(size),
+        step_returns=torch.zeros(size),
+        state_ids=torch.full((size,), -1),
         advantages=torch.randn(size, width, generator=generator) * loss_mask,
         returns=torch.randn(size, width, generator=generator) * loss_mask,
         old_values=torch.randn(size, width, generator=generator) * 0.1 * loss_mask,
@@ -70,6 +74,26 @@ def test_batch_8_accumulation_1_equals_batch_1_accumulation_8(aggregation: str, 
     assert whole.abs().max() > 1e-4, "the test needs a nonzero gradient"
     torch.testing.assert_close(accumulated, whole, rtol=1e-4, atol=1e-6)
 
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+def test_skipping_samples_without_advantage_keeps_the_gradient(aggregation: str) -> None:
+    """A single on-policy update over only the samples with signal, divided as the whole batch."""
+    policy = _policy(with_value=False)
+    batch = _batch(policy)
+    batch.old_logprobs = None  # on-policy: the loss takes its own logprobs as the old ones
+    assert batch.advantages is not None
+    batch.advantages[[1, 4, 5]] = 0.0  # three samples whose groups scored alike
+    loss = LossConfig(aggregation=aggregation)  # type: ignore[arg-type]
+    whole = _gradients(policy, batch, 8, loss, "grpo")
+    kept = with_signal(batch)
+    assert kept.tolist() == [0, 2, 3, 6, 7]
+    for parameter in policy.trainable_parameters():
+        parameter.grad = None
+    accumulate_gradients(policy, batch.select(kept), 8, loss, "grpo", divisor=normalizer(batch, aggregation))
+    skipped = torch.cat([p.grad.flatten() for p in policy.trainable_parameters() if p.grad is not None])
+    assert whole.abs().max() > 1e-4
+    torch.testing.assert_close(skipped, whole, rtol=1e-4, atol=1e-6)
 
 
 def test_scoring_only_the_generated_positions_matches_the_full_lm_head() -> None:

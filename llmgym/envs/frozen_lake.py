@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,7 +35,11 @@ class FrozenLakeEnv(TextEnv):
 
     ## Observation Space
     ``Text``: a line of feedback on the last action, then the map, one row a line:
-    ``P`` the player, ``_`` frozen ice, ``O`` a hole, ``G`` the goal.
+    ``P`` the player, ``_`` frozen ice, ``O`` a hole, ``G`` the goal. With ``grid="spaced"``
+    the cells of a row are separated by spaces (``_ _ O _``), so that common tokenizers give
+    every cell its own token (compact rows such as ``P___`` merge into multi-cell tokens).
+    With ``coordinates=True`` a last line gives the player's row and column (1-based, row 1
+    at the top): the same information as the map, in a form a small model reads directly.
 
     ## Rewards
     ``1`` for reaching the goal, ``0`` otherwise; ``invalid_penalty`` (default ``-0.1``) for a
@@ -54,13 +58,21 @@ class FrozenLakeEnv(TextEnv):
       the two perpendicular directions with equal chance. 1.0 is deterministic.
     - ``max_actions_per_turn``: how many ``||``-separated actions one turn may hold. Default 1.
     - ``max_turns``: turns before truncation. Default ``4 * size``.
+    - ``grid``: ``"compact"`` (v0: ``P__O``) or ``"spaced"`` (v1: ``P _ _ O``).
+    - ``coordinates``: add the player's row and column under the map (v1). Default False.
     - ``invalid_penalty``, ``max_invalid_actions``, ``render_mode``, ``action_parser``: see
       :class:`llmgym.core.TextEnv`.
 
     Reset options: ``{"level": ["SFFF", "FHFH", ...]}`` plays a given map (rows of ``S F H G``,
     one ``S`` and one ``G``).
 
+    Snapshots: ``get_state()`` holds the map, the position, the counters and ``np_random``
+    (the slips' source); ``state_key()`` (also ``info["state_key"]``) is the map with the player
+    on it, as the observation shows it.
+
     ## Version History
+    - v1: one token per cell (``grid="spaced"``) and the player's coordinates under the map.
+      Same maps and rewards as v0.
     - v0: initial release.
     """
 
@@ -75,11 +87,15 @@ class FrozenLakeEnv(TextEnv):
         success_rate: float = 1.0,
         max_actions_per_turn: int = 1,
         max_turns: int | None = None,
+        grid: Literal["compact", "spaced"] = "compact",
+        coordinates: bool = False,
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
         action_parser: ActionParser | str | None = None,
     ) -> None:
+        if grid not in ("compact", "spaced"):
+            raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
         if not 2 <= size <= 32:
             raise InvalidOptionError(f"size must be between 2 and 32, got {size}.")
         if not 0.0 < frozen_probability <= 1.0:
@@ -99,8 +115,11 @@ class FrozenLakeEnv(TextEnv):
         self.frozen_probability = frozen_probability
         self.success_rate = success_rate
         self.max_actions_per_turn = max_actions_per_turn
+        self.grid = grid
+        self.coordinates = coordinates
         self._rows: list[str] = []
         self._board = ""  # the map in observation symbols, rows joined by newlines, without the player
+        self._views: dict[tuple[int, int], str] = {}  # the board with the player, by position
         self._position = (0, 0)
         self._start = (0, 0)
 
@@ -117,10 +136,18 @@ class FrozenLakeEnv(TextEnv):
             if self.success_rate < 1.0
             else ""
         )
+        if self.grid == "spaced":
+            # v1: short, because an agent that shows only the latest state repeats it every turn.
+            where = " Row 1 is the top, column 1 the left." if self.coordinates else ""
+            return (
+                "FrozenLake: move P to the goal G without stepping on a hole O; _ is ice."
+                f"{where}{slippery}{several} Answer with one move, Left, Down, Right or Up, as <answer>Down</answer>."
+            )
+        layout = " Rows are numbered from 1 at the top, columns from 1 at the left." if self.coordinates else ""
         return (
             "You are solving the FrozenLake puzzle. Walk from your position P to the goal G without "
             "stepping into a hole O. Ice is _. Actions: Left, Down, Right, Up."
-            f"{slippery}{several} Answer with your action inside <answer>...</answer>, "
+            f"{layout}{slippery}{several} Answer with your action inside <answer>...</answer>, "
             "for example <answer>Down</answer>."
         )
 
@@ -165,9 +192,31 @@ class FrozenLakeEnv(TextEnv):
         return Outcome(f"{feedback}\n{self._observe()}", effective=moved)
 
     def _observe(self) -> str:
-        row, col = self._position
-        index = row * (self.size + 1) + col
-        return self._board[:index] + "P" + self._board[index + 1 :]
+        view = self._views.get(self._position)
+        if view is None:  # drawn once per position and map: observations and state keys reuse it
+            row, col = self._position
+            if self.grid == "spaced":
+                index = row * 2 * self.size + 2 * col
+            else:
+                index = row * (self.size + 1) + col
+            view = self._board[:index] + "P" + self._board[index + 1 :]
+            if self.coordinates:
+                view = f"{view}\nYou are at row {row + 1}, column {col + 1}."
+            self._views[self._position] = view
+        return view
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[tuple[str, ...], tuple[int, int]]:
+        return tuple(self._rows), self._position
+
+    def _restore_task(self, task: tuple[tuple[str, ...], tuple[int, int]]) -> None:
+        rows, position = task
+        if tuple(self._rows) != rows:
+            self._set_map(list(rows))
+        self._position = position
+
+    #: The state key is the map with the player on it: map + position (one call, it runs every step).
+    _state_key = _observe
 
     # ------------------------------------------------------------------ level access
     def level(self) -> list[str]:
@@ -180,7 +229,9 @@ class FrozenLakeEnv(TextEnv):
     def _set_map(self, rows: list[str]) -> None:
         self._rows = rows
         self.size = len(rows)
-        self._board = "\n".join(rows).translate(_SYMBOL_TABLE)
+        separator = " " if self.grid == "spaced" else ""
+        self._board = "\n".join(separator.join(row) for row in rows).translate(_SYMBOL_TABLE)
+        self._views = {}
         start = "".join(rows).index("S")
         self._start = self._position = divmod(start, self.size)
 

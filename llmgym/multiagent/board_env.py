@@ -14,6 +14,7 @@ from llmgym.core import MAX_OBSERVATION_LENGTH, text_space, to_charset
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, LevelFormatError, did_you_mean
 from llmgym.multiagent.rules import BoardRules, ConnectFourRules, TicTacToeRules
 from llmgym.multiagent.spaces import MoveText
+from llmgym.multiagent.state import game_state, restore_game
 from llmgym.parsing import ActionParser, extract_answer
 
 try:
@@ -92,6 +93,9 @@ class BoardGameEnv(AECEnv):
     (move names, X first) instead of a random one. Unknown option keys are ignored with a
     warning (PettingZoo's ``api_test`` passes one).
 
+    ``get_state()`` returns a deep copy of everything ``reset`` and ``step`` write (board,
+    history, rewards, infos, ``np_random``, ...); ``set_state(state)`` puts it back.
+
     ## Version History
     - v0: initial release.
     """
@@ -100,6 +104,12 @@ class BoardGameEnv(AECEnv):
         "render_modes": ["ansi"], "name": "board_game_v0", "is_parallelizable": False,
     }
     rules: ClassVar[BoardRules]
+    #: What ``reset`` and ``step`` write: a snapshot's content.
+    state_fields: ClassVar[tuple[str, ...]] = (
+        "board", "history", "opening", "outcomes", "agents", "agent_selection", "rewards",
+        "_cumulative_rewards", "terminations", "truncations", "infos", "_feedback", "_invalid_counts",
+        "_skip_agent_selection", "np_random",
+    )
 
     def __init__(
         self,
@@ -220,6 +230,14 @@ class BoardGameEnv(AECEnv):
         pass
 
     # ------------------------------------------------------------------ helpers for callers
+    def get_state(self) -> dict[str, Any]:
+        """A deep copy of the game's state (see the class docstring)."""
+        return game_state(self, self.state_fields)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` value."""
+        restore_game(self, state)
+
     def legal_moves(self) -> list[int]:
         """Legal move indices of the player to move (empty once the game is over)."""
         if self.outcomes:

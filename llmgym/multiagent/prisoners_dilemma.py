@@ -14,9 +14,19 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from llmgym.core import MAX_OBSERVATION_LENGTH, Outcome, TextEnv, level_rng, text_space, to_charset
+from llmgym.core import (
+    MAX_OBSERVATION_LENGTH,
+    Outcome,
+    TextEnv,
+    level_rng,
+    restore_rng,
+    rng_state,
+    text_space,
+    to_charset,
+)
 from llmgym.error import InvalidOptionError, LevelFormatError, did_you_mean
 from llmgym.multiagent.spaces import MoveText
+from llmgym.multiagent.state import game_state, require_stateless, restore_game
 from llmgym.parsing import ActionParser, extract_answer
 
 Move = Literal["cooperate", "defect"]
@@ -75,6 +85,10 @@ class PrisonersDilemmaEnv(ParallelEnv):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "prisoners_dilemma_v0"}
+    #: What ``reset`` and ``step`` write: the content of ``get_state()`` (deep copies).
+    state_fields: ClassVar[tuple[str, ...]] = (
+        "agents", "history", "scores", "outcomes", "_feedback", "_invalid_counts", "np_random",
+    )
 
     def __init__(
         self,
@@ -179,6 +193,14 @@ class PrisonersDilemmaEnv(ParallelEnv):
 
     def close(self) -> None:
         pass
+
+    def get_state(self) -> dict[str, Any]:
+        """A deep copy of the game's state (:attr:`state_fields`)."""
+        return game_state(self, self.state_fields)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` value."""
+        restore_game(self, state)
 
     # ------------------------------------------------------------------ internals
     def _resolve(self, action: Any) -> Move | tuple[str | None, str]:
@@ -312,6 +334,10 @@ class PrisonersDilemmaVersusEnv(TextEnv):
       ``action_parser``: see :class:`llmgym.core.TextEnv`.
 
     Reset options: ``{"level": {"opponent_seed": 7}}`` (the random strategy's draws come from it).
+
+    Snapshots: ``get_state()`` holds the game, the opponent's RNG and the counters (a custom
+    callable opponent raises :class:`~llmgym.error.SnapshotNotSupported` unless it has
+    ``stateless = True``); ``state_key()`` (also ``info["state_key"]``) is the rounds played.
     ``self_play_game()`` returns the game as a PettingZoo AEC env with both seats free, for
     self-play training (the trainer's ``self-play`` agent).
 
@@ -419,3 +445,18 @@ class PrisonersDilemmaVersusEnv(TextEnv):
 
     def _observe(self) -> str:
         return str(self.game.observe("player_0")["text"])
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[int, dict[str, Any], dict[str, Any]]:
+        require_stateless(self.strategy, self.strategy in STRATEGIES.values(), type(self).__name__)
+        return self._level["opponent_seed"], rng_state(self._opponent_rng), self.game.get_state()
+
+    def _restore_task(self, task: tuple[int, dict[str, Any], dict[str, Any]]) -> None:
+        opponent_seed, opponent_rng, game = task
+        self._level = {"opponent_seed": opponent_seed}
+        self._opponent_rng = restore_rng(opponent_rng, self._opponent_rng)
+        self.game.set_state(game)
+
+    def _state_key(self) -> str:
+        # The rounds played, as (agent, opponent) first letters: "rounds: cd dd".
+        return "rounds:" + "".join(f" {mine[0]}{theirs[0]}" for mine, theirs in self.game.history)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Literal, SupportsFloat
 
-from llmgym.core import Outcome, TextEnv, level_rng
+from llmgym.core import Outcome, TextEnv, level_rng, restore_rng, rng_state
 from llmgym.error import InvalidOptionError, LevelFormatError
 from llmgym.multiagent.board_env import LOSS_REWARD, BoardGameEnv, ConnectFourEnv, TicTacToeEnv
-from llmgym.multiagent.opponents import Opponent, OpponentName, make_opponent
+from llmgym.multiagent.opponents import MinimaxOpponent, Opponent, OpponentName, make_opponent, random_opponent
+from llmgym.multiagent.state import require_stateless
 from llmgym.parsing import ActionParser
 
 GameName = Literal["TicTacToe", "ConnectFour"]
 Seat = Literal["player_0", "player_1"]
 _GAMES: dict[str, type[BoardGameEnv]] = {"TicTacToe": TicTacToeEnv, "ConnectFour": ConnectFourEnv}
 _SEATS: tuple[Seat, Seat] = ("player_0", "player_1")
+#: Board values (0 empty, 1 X, 2 O) as state-key characters.
+_CELL_SYMBOLS = bytes.maketrans(b"\x00\x01\x02", b".XO")
 
 
 class VersusEnv(TextEnv):
@@ -61,6 +64,11 @@ class VersusEnv(TextEnv):
     ``level()`` returns that dict for the current episode. ``self_play_game(seed, options)``
     returns the same level as a PettingZoo game with both seats free, for self-play training
     (the trainer's ``self-play`` agent).
+
+    Snapshots: ``get_state()`` holds the game, the opponent's RNG and the counters (a custom
+    callable opponent raises :class:`~llmgym.error.SnapshotNotSupported` unless it has
+    ``stateless = True``); ``state_key()`` (also ``info["state_key"]``) is the agent's piece and
+    the board.
 
     ## Version History
     - v0: initial release.
@@ -175,6 +183,25 @@ class VersusEnv(TextEnv):
         text = self.game.observe(self._seat)["text"]
         assert isinstance(text, str)
         return text
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        built_in = self.opponent is random_opponent or type(self.opponent) is MinimaxOpponent
+        require_stateless(self.opponent, built_in, type(self).__name__)
+        level = {**self._level, "opening": tuple(self._level["opening"])}
+        return level, rng_state(self._opponent_rng), self.game.get_state()
+
+    def _restore_task(self, task: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+        level, opponent_rng, game = task
+        self._level = {**level, "opening": list(level["opening"])}
+        self._seat = level["agent_seat"]
+        self._opponent_rng = restore_rng(opponent_rng, self._opponent_rng)
+        self.game.set_state(game)
+
+    def _state_key(self) -> str:
+        # The agent's piece and the board, cell by cell ("X:..O.X...."): not the move order.
+        piece = "X" if self._seat == "player_0" else "O"
+        return f"{piece}:{self.game.board.tobytes().translate(_CELL_SYMBOLS).decode()}"
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         ended_before = self._ended

@@ -16,8 +16,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from llmgym.error import (
+    Error,
     InvalidOptionError,
     ResetNeeded,
+    SnapshotMismatch,
+    SnapshotNotSupported,
     SubEnvError,
     UnknownOptionError,
     WorkerDiedError,
@@ -42,6 +45,10 @@ START_METHODS: tuple[str, ...] = get_args(StartMethod)
 VECTOR_OPTIONS = ("backend", "num_workers", "step_timeout", "autoreset_mode", "context")
 #: Reset options the vector env consumes instead of passing them to the sub-envs.
 GROUP_SIZE, RESET_MASK = "group_size", "reset_mask"
+#: Errors of a sub-env's snapshot call that the vector env raises with their own type.
+_SNAPSHOT_ERRORS: dict[str, type[Error]] = {
+    error.__name__: error for error in (SnapshotNotSupported, SnapshotMismatch)
+}
 #: Thread backend default pool size: enough to overlap many waiting tool calls.
 _MAX_DEFAULT_THREADS = 32
 
@@ -77,6 +84,9 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
       flight; cancelling one closes the vector env (its sub-envs are mid-call).
     * Autoreset ``DISABLED``: an ended episode stays ended (:attr:`needs_reset`) until
       ``reset(mask=...)``; stepping it raises :class:`llmgym.error.ResetNeeded`.
+    * Snapshots: ``get_state(indices)`` returns each sub-env's ``get_state()`` (picklable, see
+      :class:`llmgym.core.EnvState`) and ``set_state(states, indices)`` restores them, into the
+      same sub-envs or others made with the same id, on any backend; see :meth:`set_state`.
 
     Failures: a sub-env that raises surfaces as :class:`llmgym.error.SubEnvError` naming its
     index and seed, with the original traceback; the other sub-envs of that call did run, and
@@ -212,11 +222,50 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
         """Call method ``name`` of every sub-env (or read the attribute) and return the results."""
         self._check_usable()
         ops = [Op("call", index, (name, args, kwargs)) for index in range(self.num_envs)]
-        results = self._execute(ops, f"call({name!r})")
-        failures = [result for result in results if isinstance(result, Failure)]
-        if failures:
-            raise _sub_env_error(failures, f"call({name!r})", self._seeds, self._autoresets)
-        return tuple(results)
+        return tuple(self._run_calls(ops, f"call({name!r})"))
+
+    def get_state(self, indices: Sequence[int] | None = None) -> list[Any]:
+        """Snapshots of the sub-envs ``indices`` (default all), in that order.
+
+        Each is the sub-env's ``get_state()``: picklable, restorable with :meth:`set_state`
+        into any sub-env of a vector env of the same id, in this process or another.
+
+        Raises:
+            SnapshotNotSupported: a sub-env cannot snapshot (the message names it and why).
+        """
+        self._check_usable()
+        ops = [Op("call", index, ("get_state", (), {})) for index in self._indices(indices, "get_state")]
+        return self._run_calls(ops, "get_state")
+
+    def set_state(self, states: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """Restore ``states[k]`` into sub-env ``indices[k]`` (default: sub-env ``k``).
+
+        Afterwards each restored sub-env is where its snapshot was: its current observation
+        (what a step that leaves it out reports) is the snapshot's, and an ended episode is
+        ended (``needs_reset``, or an autoreset at its next step under ``NEXT_STEP``). A
+        sub-env never reset is reset once first (``gym.make``'s wrappers want that).
+
+        Raises:
+            SnapshotMismatch: a state is not a snapshot of this id's env.
+        """
+        self._check_usable()
+        selected = self._indices(indices, "set_state")
+        if len(states) != len(selected):
+            raise InvalidOptionError(
+                f"set_state needs one state per index: got {len(states)} states for {len(selected)} sub-envs."
+            )
+        never_reset = np.zeros(self.num_envs, dtype=np.bool_)
+        never_reset[selected] = ~self._started[selected]
+        if never_reset.any():
+            self.reset(mask=never_reset)
+        ops = [Op("call", index, ("set_state", (state,), {})) for index, state in zip(selected, states)]
+        self._run_calls(ops, "set_state")
+        for index, state in zip(selected, states):
+            self._observations[index] = state.observation
+            self._needs_reset[index] = state.ended
+            self._failed[index] = False
+            self._seeds[index] = None  # the snapshot's episode may have come from any reset
+            self._autoresets[index] = 0
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Attribute ``name`` of every sub-env."""
@@ -372,7 +421,29 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
             )
         return array
 
+    def _indices(self, indices: Sequence[int] | None, call: str) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        chosen = [int(index) for index in indices]
+        if any(not 0 <= index < self.num_envs for index in chosen) or len(set(chosen)) != len(chosen):
+            raise InvalidOptionError(
+                f"{call} indices must be distinct sub-env indices in 0..{self.num_envs - 1}, got {list(indices)}."
+            )
+        return chosen
+
     # ------------------------------------------------------------------ running calls
+    def _run_calls(self, ops: list[Op], call: str) -> list[Any]:
+        """Run ``call`` ops; a failure raises (a snapshot error keeps its type across backends)."""
+        results = self._execute(ops, call)
+        failures = [result for result in results if isinstance(result, Failure)]
+        if failures:
+            error = _sub_env_error(failures, call, self._seeds, self._autoresets)
+            typed = _SNAPSHOT_ERRORS.get(failures[0].error_type)
+            if typed is not None:
+                raise typed(f"Sub-env {failures[0].index}: {failures[0].message}") from error
+            raise error
+        return results
+
     def _check_usable(self) -> None:
         if self.closed or self._backend is None:
             reason = f" It was closed because {self._closed_because}." if self._closed_because else ""

@@ -19,7 +19,7 @@ from llmgym_train.agents.base import (
     GenerationRequest,
     TrajectoryBuilder,
 )
-from llmgym_train.agents.chain import ChainAgent, MathMultiTurnAgent
+from llmgym_train.agents.chain import ChainAgent, MarkovAgent, MathMultiTurnAgent
 
 __all__ = [
     "Agent",
@@ -29,6 +29,7 @@ __all__ = [
     "EnvTimer",
     "EpisodeStart",
     "GenerationRequest",
+    "MarkovAgent",
     "MathMultiTurnAgent",
     "TrajectoryBuilder",
     "agent_names",
@@ -69,6 +70,7 @@ def agent_names() -> list[str]:
 
 
 register_agent("chain", ChainAgent)
+register_agent("markov", MarkovAgent)
 register_agent("math-multi-turn", MathMultiTurnAgent)
 
 from llmgym_train.agents.self_play import SelfPlayAgent  # noqa: E402  (needs the names above)

@@ -196,14 +196,33 @@ class TrajectoryBuilder:
         self.turns: list[Turn] = []
         self.start = start
         self.info = {key: value for key, value in reset_info.items() if key != "system_prompt"}
+        self.system_prompt: str | None = reset_info.get("system_prompt")
         self._observation_start = 0
+        #: Where the context the model sees begins: 0, unless :meth:`restart` began a fresh one.
+        self.context_start = 0
+        self.fresh_contexts = False
+        #: The env's ``info["state_key"]`` of the state the next turn acts on (``None``: not given).
+        self.state_key = reset_info.get("state_key")
         self.success = False
         #: Generation requests made so far (seeds each request differently, retries included).
         self.requests = 0
 
+    def context(self) -> list[int]:
+        """The tokens the model sees for the next turn."""
+        return self.token_ids[self.context_start :]
+
     def fits(self, extra_tokens: int) -> bool:
         """Whether ``extra_tokens`` more tokens plus one generated token fit in ``max_context_tokens``."""
-        return len(self.token_ids) + extra_tokens + 1 <= self.max_context_tokens
+        return len(self.token_ids) - self.context_start + extra_tokens + 1 <= self.max_context_tokens
+
+    def restart(self, prompt: list[int], messages: list[dict[str, str]]) -> None:
+        """Begin a fresh context ``prompt`` for the next turn (earlier turns stay in the trajectory, unseen)."""
+        self.messages += messages
+        self._observation_start = self.context_start = len(self.token_ids)
+        self.fresh_contexts = True
+        self.token_ids += prompt
+        self.loss_mask += [0] * len(prompt)
+        self.logprobs += [0.0] * len(prompt)
 
     def add_generation(self, completion: Completion, text: str, reward: float, info: dict[str, Any]) -> None:
         """Append a turn's generated tokens (as sampled, decoded as ``text``) with the env's verdict on them."""
@@ -220,8 +239,10 @@ class TrajectoryBuilder:
                 reward=float(reward),
                 action_is_valid=bool(info.get("action_is_valid", True)),
                 finish_reason=completion.finish_reason,
+                state_key=self.state_key,
             )
         )
+        self.state_key = info.get("state_key")
         self.success = self.success or bool(info.get("success", False))
 
     def add_observation(self, tokens: list[int], text: str) -> None:
@@ -247,6 +268,7 @@ class TrajectoryBuilder:
             seed=self.start.seed,
             info=self.info,
             messages=self.messages,
+            fresh_contexts=self.fresh_contexts,
         )
 
 
@@ -299,13 +321,14 @@ class Agent:
         ``max_tokens`` is capped so prompt + completion stay within ``max_context_tokens``
         (check :meth:`TrajectoryBuilder.fits` first: at least one token must fit).
         """
-        room = self.config.max_context_tokens - len(builder.token_ids)
+        context = builder.context()
+        room = self.config.max_context_tokens - len(context)
         sampling = self.config.sampling
         seed = self._request_seed(builder.start.episode_index, builder.requests)
         builder.requests += 1
         if room < sampling.max_tokens or seed is not None:
             sampling = replace(sampling, max_tokens=min(room, sampling.max_tokens), seed=seed)
-        await obs_queue.put(GenerationRequest(builder.start.episode_index, list(builder.token_ids), sampling))
+        await obs_queue.put(GenerationRequest(builder.start.episode_index, context, sampling))
         return await act_queue.get()
 
     def _request_seed(self, episode_index: int, request: int) -> int | None:

@@ -1,4 +1,5 @@
-"""Built-in agents: ``chain`` (plain multi-turn) and ``math-multi-turn`` (retry with feedback)."""
+"""Built-in agents: ``chain`` (plain multi-turn), ``markov`` (the latest observation only) and
+``math-multi-turn`` (retry with feedback)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,26 @@ class ChainAgent(Agent):
         if not builder.fits(len(tokens)):
             return False
         builder.add_observation(tokens, text)
+        return True
+
+
+class MarkovAgent(ChainAgent):
+    """Each turn sees only the system prompt and the env's latest observation: a Markov policy.
+
+    Where the observation holds the whole state (a grid env's map and position), earlier turns
+    add nothing but tokens: contexts stay as short as the first prompt, however long the
+    episode, and a turn's decision depends on the state alone, so turns from equal states are
+    comparable (step-level groups, see :func:`~llmgym_train.algorithms.step_grouped`). The
+    trajectory keeps every turn's context and generation in order (``fresh_contexts``); train
+    it with ``rollout.layout=turn``, where each sample is exactly the context the model saw.
+    """
+
+    def next_observation(self, builder: TrajectoryBuilder, completion: Completion, text: str) -> bool:
+        system_prompt = builder.system_prompt
+        tokens = self.chat.prompt(text, system_prompt)
+        if len(tokens) + 1 > builder.max_context_tokens:
+            return False
+        builder.restart(tokens, self.chat.messages(text, None)[-1:])
         return True
 
 

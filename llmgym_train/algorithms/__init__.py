@@ -6,11 +6,14 @@ Nothing here touches models, envs or the optimizer; :mod:`llmgym_train.trainer` 
 from llmgym_train.algorithms.advantages import (
     broadcast_to_tokens,
     discounted_returns,
+    episode_normalized,
     gae,
     group_normalized,
     masked_whiten,
     place_turn_rewards,
     reinforce_pp,
+    step_grouped,
+    turn_returns,
 )
 from llmgym_train.algorithms.filters import group_variance_keep, void_turn_keep
 from llmgym_train.algorithms.losses import (
@@ -36,6 +39,7 @@ __all__ = [
     "clipped_surrogate",
     "discounted_returns",
     "entropy_from_logits",
+    "episode_normalized",
     "gae",
     "group_normalized",
     "group_variance_keep",
@@ -43,7 +47,9 @@ __all__ = [
     "masked_whiten",
     "place_turn_rewards",
     "reinforce_pp",
+    "step_grouped",
     "token_logprobs",
+    "turn_returns",
     "value_loss",
     "void_turn_keep",
 ]

@@ -14,6 +14,13 @@ How this departs from the textbook:
   ``normalize_std=False`` gives Dr.GRPO's unbiased variant, which only centres.
 * **REINFORCE++** uses the discounted token return, normalized over the whole batch's
   generated tokens (no critic, no groups).
+* **Multi-turn GRPO on turn samples** (:func:`episode_normalized`): a turn sample carries its
+  episode's return; episodes, not turns, are the members of a group, so a long episode does
+  not weigh more in its group's mean than a short one.
+* **Step-level groups** (:func:`step_grouped`, GiGPO's anchor states): among the turns of one
+  group that acted on the same env state (equal ``info["state_key"]``), each turn's discounted
+  return-to-go is normalized again, and that step advantage is added, weighted, to the episode
+  advantage. Turns from a state no other turn of the group visited get no step advantage.
 """
 
 from __future__ import annotations
@@ -170,3 +177,69 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = EPS) ->
 def broadcast_to_tokens(per_sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Give every generated token of sequence ``b`` the scalar ``per_sequence[b]``: ``(B,)`` -> ``(B, T)``."""
     return per_sequence.float().unsqueeze(1) * mask.float()
+
+
+def turn_returns(turn_rewards: list[float], gamma: float) -> list[float]:
+    """Discounted return-to-go of each turn of one episode: ``G_k = r_k + gamma * G_{k+1}``."""
+    returns = [0.0] * len(turn_rewards)
+    running = 0.0
+    for index in reversed(range(len(turn_rewards))):
+        running = turn_rewards[index] + gamma * running
+        returns[index] = running
+    return returns
+
+
+def episode_normalized(
+    episode_returns: torch.Tensor,
+    group_ids: torch.Tensor,
+    episode_ids: torch.Tensor,
+    normalize_std: bool = True,
+    eps: float = EPS,
+) -> torch.Tensor:
+    """GRPO's advantage for samples that are parts (turns) of episodes: one member per episode.
+
+    Args:
+        episode_returns: ``(N,)`` the return of each sample's episode (equal within an episode).
+        group_ids: ``(N,)`` each sample's group.
+        episode_ids: ``(N,)`` each sample's episode; samples of one episode share its advantage.
+
+    Returns:
+        ``(N,)`` :func:`group_normalized` over the distinct episodes, given to each of their samples.
+    """
+    unique_episodes, inverse = torch.unique(episode_ids, return_inverse=True)  # (E,), (N,)
+    first = torch.full((len(unique_episodes),), len(episode_ids), dtype=torch.long)  # (E,)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(episode_ids)), reduce="amin")
+    per_episode = group_normalized(episode_returns[first], group_ids[first], normalize_std, eps)  # (E,)
+    return per_episode[inverse]
+
+
+def step_grouped(
+    episode_returns: torch.Tensor,
+    group_ids: torch.Tensor,
+    episode_ids: torch.Tensor,
+    step_returns: torch.Tensor,
+    state_ids: torch.Tensor,
+    step_weight: float = 1.0,
+    normalize_std: bool = True,
+    eps: float = EPS,
+) -> torch.Tensor:
+    """GiGPO-style advantage of turn samples: episode advantage + ``step_weight`` x step advantage.
+
+    Args:
+        episode_returns, group_ids, episode_ids: as in :func:`episode_normalized`.
+        step_returns: ``(N,)`` each turn's discounted return-to-go (:func:`turn_returns`).
+        state_ids: ``(N,)`` integer id of the state each turn acted on; ``-1`` where unknown
+            (such a turn forms a step group of its own). Step groups are (group, state) pairs,
+            so equal states of different levels never mix.
+
+    Returns:
+        ``(N,)`` advantages.
+    """
+    episode_advantage = episode_normalized(episode_returns, group_ids, episode_ids, normalize_std, eps)  # (N,)
+    unknown = state_ids < 0  # (N,)
+    own = -1 - torch.arange(len(state_ids), device=state_ids.device)  # (N,) a unique id per sample
+    states = torch.where(unknown, own, state_ids)  # (N,)
+    pairs = torch.stack([group_ids.to(states.dtype), states], dim=1)  # (N, 2)
+    _, step_groups = torch.unique(pairs, dim=0, return_inverse=True)  # (N,)
+    step_advantage = group_normalized(step_returns, step_groups, normalize_std, eps)  # (N,)
+    return episode_advantage + step_weight * step_advantage

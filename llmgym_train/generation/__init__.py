@@ -47,14 +47,14 @@ def make_generator(
 
     Arguments:
         max_model_len: longest prompt + completion in tokens.
-        dtype: inference dtype; ``None`` takes the backend's default (vllm: bfloat16; hf:
+        dtype: inference dtype; ``None`` takes the backend's default (vllm: bfloat16 on GPUs, float32 on CPUs; hf:
             float32, whose logprobs match a float32 trainer's exactly).
         seed: the engine's sampling seed (vllm) for requests without their own.
     """
     if name == "vllm":
         from llmgym_train.generation.vllm_backend import VllmGenerator
 
-        return VllmGenerator(model, max_model_len=max_model_len, dtype=dtype or "bfloat16", seed=seed)
+        return VllmGenerator(model, max_model_len=max_model_len, dtype=dtype, seed=seed)
     if name == "hf":
         from llmgym_train.generation.hf_backend import HfGenerator
 

