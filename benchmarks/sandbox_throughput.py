@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     calls = 20 if args.quick else 60
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    load_before = os.getloadavg()
     order = (["before", "after", "after", "before"] * args.rounds)[: 2 * args.rounds]
     with tempfile.TemporaryDirectory(prefix="llmgym-baseline-") as baseline:
         baseline_commit = _baseline(args.baseline_ref, Path(baseline))
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = {label: _summary(rounds) for label, rounds in runs.items()}
     path = write_result("sandbox_throughput", {
         "baseline": {"ref": args.baseline_ref, "commit": baseline_commit}, "order": order, "calls": calls,
-        "summary": summary, "runs": runs})
+        "load_average": {"start": load_before, "end": os.getloadavg()}, "summary": summary, "runs": runs})
     rows = [(name, before["per_second"], summary["after"][name]["per_second"], before["p50_ms"],
              summary["after"][name]["p50_ms"])
             for name, before in summary["before"].items() if name in summary["after"]]
