@@ -23,7 +23,13 @@ from hypothesis import strategies as st
 import llmgym
 from llmgym.core import EnvState, Outcome, TextEnv
 from llmgym.envs.math.verify import AnswerVerifier
-from llmgym.error import InvalidOptionError, ResetNeeded, SnapshotMismatch, SnapshotNotSupported
+from llmgym.error import (
+    InvalidOptionError,
+    ResetNeeded,
+    SnapshotMismatch,
+    SnapshotNotSupported,
+    UnsafeSandboxWarning,
+)
 from llmgym.multiagent.opponents import random_opponent
 from llmgym.vector import TextVectorEnv, make_vector_env
 
@@ -222,15 +228,16 @@ def test_a_versus_env_with_a_custom_opponent_refuses_unless_it_says_it_is_statel
 def test_tool_use_snapshots_exactly_where_the_python_sandbox_isolates() -> None:
     env = make("llmgym/ToolUse-Python-v0")
     env.reset(seed=0)
-    if env.tools["python"].sandbox.isolation().namespaces:
-        state = env.get_state()
-        first = play(env, [0, 1])  # the plan's python call, then the answer
-        assert first[0][4]["tool_calls"] == 1
-        env.set_state(state)
-        assert play(env, [0, 1]) == first
-    else:
-        with pytest.raises(SnapshotNotSupported, match="namespaces"):
-            env.get_state()
+    state = env.get_state()
+    first = play(env, [0, 1])  # the plan's python call, then the answer
+    assert first[0][4]["tool_calls"] == 1
+    env.set_state(state)
+    assert play(env, [0, 1]) == first
+    with pytest.warns(UnsafeSandboxWarning):
+        unisolated = gym.make("llmgym/ToolUse-Python-v0", isolation="none").unwrapped
+    unisolated.reset(seed=0)
+    with pytest.raises(SnapshotNotSupported, match="isolation='none'"):
+        unisolated.get_state()
 
 
 def test_set_state_refuses_a_state_of_another_env_or_id() -> None:
