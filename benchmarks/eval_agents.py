@@ -14,7 +14,8 @@ Agent specs, as given on the command line:
 * ``sb3-ppo``: stable-baselines3 PPO on :func:`llmgym.wrappers.make_classic_env`, trained
   once per env with a fixed seed and cached under ``~/.cache/llmgym/sb3``.
 * ``vllm:<model>``: a local model through the vLLM backend (``vllm`` = ``vllm:smollm2-135m``).
-* ``checkpoint:<dir>``: a folder saved by ``llmgym-train``, through the vLLM backend.
+* ``checkpoint:<dir>``: a run folder of ``llmgym-train`` (its ``model/``, saved at each
+  checkpoint) or any HF model folder, through the vLLM backend (``--backend hf``: transformers).
 * ``openai:<base_url>#<model>``: any OpenAI-compatible chat endpoint.
 """
 
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmarks.common import portable_path
 from llmgym.core import TextEnv
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, did_you_mean
 from llmgym.wrappers.classic import BOARD_SPECS, board_shape, encode_board, make_classic_env
@@ -336,16 +338,21 @@ class VllmAgent:
         self.settings = {**(settings or {}), **asdict(sampling)}
 
     @classmethod
-    def from_model(cls, model: str, sampling: Sampling, seed: int = 0, name: str | None = None) -> VllmAgent:
-        """Resolve ``model`` (alias, HF folder or checkpoint) and start an in-process vLLM engine on it."""
+    def from_model(
+        cls, model: str, sampling: Sampling, seed: int = 0, name: str | None = None, backend: str = "vllm"
+    ) -> VllmAgent:
+        """Resolve ``model`` (alias, HF folder or run folder) and load it in an in-process generator.
+
+        ``backend``: ``vllm`` (a vLLM engine) or ``hf`` (transformers, no vLLM needed).
+        """
         from transformers import AutoTokenizer
 
-        from llmgym_train.generation.vllm_backend import VllmGenerator
+        from llmgym_train.generation import make_generator
         from llmgym_train.models import resolve_model
 
         folder = resolve_model(model)
-        generator = VllmGenerator(folder, max_model_len=sampling.max_model_len, seed=seed)
-        settings = {"model": str(folder), "backend": "vllm", "seed": seed}
+        generator = make_generator(backend, folder, max_model_len=sampling.max_model_len, seed=seed)  # type: ignore[arg-type]
+        settings = {"model": str(folder), "backend": backend, "seed": seed}
         tokenizer = AutoTokenizer.from_pretrained(folder)
         return cls(generator, tokenizer, sampling, name or f"vllm:{model}", settings)
 
@@ -458,11 +465,19 @@ class AgentOptions:
         sampling: LLM sampling settings.
         seed: run seed (PPO training, engine seed).
         ppo_timesteps: PPO training steps per env.
+        backend: generation backend of ``checkpoint:<dir>`` agents: ``vllm`` or ``hf`` (transformers).
     """
 
     sampling: Sampling = field(default_factory=Sampling)
     seed: int = 0
     ppo_timesteps: int = 50_000
+    backend: str = "vllm"
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("vllm", "hf"):
+            raise InvalidOptionError(
+                f"backend must be 'vllm' or 'hf'; got {self.backend!r}.{did_you_mean(self.backend, ('vllm', 'hf'))}"
+            )
 
 
 def check_agent_spec(spec: str) -> None:
@@ -495,6 +510,8 @@ def make_agent(spec: str, options: AgentOptions) -> Agent:
     if kind == "vllm":
         return VllmAgent.from_model(argument or "smollm2-135m", options.sampling, options.seed)
     if kind == "checkpoint":
-        return VllmAgent.from_model(argument, options.sampling, options.seed, name=f"checkpoint:{argument}")
+        # The row's name holds the folder as results files hold paths: never the machine's absolute path.
+        name = f"checkpoint:{portable_path(argument)}"
+        return VllmAgent.from_model(argument, options.sampling, options.seed, name=name, backend=options.backend)
     base_url, _, model = argument.rpartition("#")
     return OpenAIAgent(base_url, model, options.sampling, options.seed)

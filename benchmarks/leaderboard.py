@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 import llmgym
-from benchmarks.common import RESULTS_DIR, markdown_table, provenance
+from benchmarks.common import RESULTS_DIR, markdown_table, portable, provenance
 from benchmarks.eval_agents import Agent, AgentOptions, Sampling, Turn, check_agent_spec, make_agent
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import has_eval_set, load_eval_set
@@ -447,6 +447,7 @@ def write(document: dict[str, Any], output_dir: Path) -> dict[str, Path]:
     """Write ``leaderboard.{json,md,png}`` into ``output_dir``; returns their paths."""
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png")}
+    document = portable(document)
     paths["json"].write_text(to_json(document))
     paths["md"].write_text(markdown(document))
     chart(document, paths["png"])
@@ -472,6 +473,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
     parser.add_argument("--concurrency", type=int, default=Sampling.concurrency,
                         help="openai requests in flight")
     parser.add_argument("--ppo-timesteps", type=int, default=AgentOptions.ppo_timesteps)
+    parser.add_argument("--backend", choices=("vllm", "hf"), default=AgentOptions.backend,
+                        help="generation backend of checkpoint:<dir> agents")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--merge", action="store_true",
                         help="keep other rows of an existing leaderboard.json")
@@ -488,7 +491,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
         samples=args.samples,
         seed=args.seed,
         max_turns=args.max_turns,
-        options=AgentOptions(sampling=sampling, seed=args.seed, ppo_timesteps=args.ppo_timesteps),
+        options=AgentOptions(sampling=sampling, seed=args.seed, ppo_timesteps=args.ppo_timesteps,
+                             backend=args.backend),
         output_dir=args.output_dir,
         merge=args.merge,
         progress=not args.no_progress,

@@ -5,7 +5,11 @@
 
 ``--env ID[:N_GROUPS]`` may repeat (an env mixture). Flags win over ``key=value`` overrides,
 which win over the YAML file, which wins over the defaults (see :mod:`llmgym_train.config`).
-The whole config is checked before any model loads.
+The whole config, env ids and agent name included, is checked before any model loads.
+
+``--resume`` continues the run in ``--output`` with that run's own ``config.yaml``: the command
+line may change only :data:`llmgym_train.config.RESUMABLE_KEYS` (``steps``, ``max_minutes``,
+...); any other key given with a different value is refused, showing the difference.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from llmgym.error import Error
-from llmgym_train.config import ALGORITHMS, TrainConfig, load_config
+from llmgym_train.config import ALGORITHMS, TrainConfig, load_config, load_run_config, parse_override
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", metavar="DIR", help="output folder")
     parser.add_argument("--steps", type=int, help="training steps")
     parser.add_argument("--seed", type=int, help="random seed")
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output with its own config.yaml, from its last checkpoint "
+                             "(only steps, max_minutes, progress, threads, eval.every, checkpoint_every may change)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
@@ -50,7 +56,19 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     for flag in ("model", "algo", "output", "steps", "seed"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
+    if args.resume:
+        return load_run_config(_run_folder(args), args.config, args.overrides, values)
     return load_config(args.config, args.overrides, values)
+
+
+def _run_folder(args: argparse.Namespace) -> str:
+    """The run folder ``--resume`` continues: ``--output``, else an ``output=`` override, else the default."""
+    if args.output is not None:
+        return str(args.output)
+    for key, value in (parse_override(text) for text in args.overrides):
+        if key == "output":
+            return str(value)
+    return TrainConfig.output
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,9 @@ Example YAML::
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -59,6 +61,39 @@ def _check_range(section: str, name: str, value: float, low: float | None, high:
         )
 
 
+def check_env_id(env_id: str) -> None:
+    """Raise :class:`InvalidOptionError` unless ``env_id`` is in Gymnasium's registry (after ``import llmgym``).
+
+    ``module:Env-v0`` (Gymnasium's form for an env registered on import of its module) imports
+    the module first. The suggestion prefers llmgym's ids, so ``FrozenLake-v0`` points to
+    ``llmgym/FrozenLake-v0`` rather than Gymnasium's own non-text FrozenLake.
+    """
+    import importlib
+
+    import gymnasium as gym
+
+    import llmgym
+
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise InvalidOptionError(
+                f"Env id {env_id!r} names the module {module!r}, which does not import ({error}); "
+                "fix the module path or register the env before loading the config."
+            ) from None
+    if name in gym.registry:
+        return
+    ours = llmgym.env_ids()
+    hint = f" Did you mean 'llmgym/{name}'?" if f"llmgym/{name}" in gym.registry else did_you_mean(name, ours)
+    raise InvalidOptionError(
+        f"Unknown env id {env_id!r}.{hint or did_you_mean(name, gym.registry)} llmgym's ids: {', '.join(ours)}. "
+        "An env of your own must be registered (gymnasium.register) before the config is loaded, "
+        "or be given as 'module:Env-v0'."
+    )
+
+
 @dataclass
 class EnvSpec:
     """One entry of an env mixture: an llmgym id, its constructor options and its share of groups."""
@@ -80,6 +115,7 @@ class EnvSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise InvalidOptionError(f"env id must be a non-empty string such as 'llmgym/FrozenLake-v0'; got {self.id!r}.")
+        check_env_id(self.id)
         if self.n_groups < 1:
             raise InvalidOptionError(f"n_groups of {self.id!r} must be >= 1; got {self.n_groups}.")
 
@@ -90,12 +126,13 @@ class EnvSpec:
         if not sep:
             return cls(id=text)
         try:
-            return cls(id=env_id, n_groups=int(count))
+            n_groups = int(count)
         except ValueError:
             raise InvalidOptionError(
                 f"--env takes ID or ID:N_GROUPS (e.g. llmgym/FrozenLake-v0:8); got {text!r}: "
                 f"{count!r} is not an integer."
             ) from None
+        return cls(id=env_id, n_groups=n_groups)
 
 
 @dataclass
@@ -133,6 +170,9 @@ class RolloutConfig:
         _check_range("rollout", "top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_range("rollout", "max_turns", self.max_turns, 0)
         _check_range("rollout", "history_turns", self.history_turns, -1)
+        from llmgym_train.agents import get_agent
+
+        get_agent(self.agent)  # an unknown name fails here, with the registered names and a suggestion
 
 
 @dataclass
@@ -519,7 +559,88 @@ def load_config(
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
-    """Write the resolved config as YAML (what ``--config`` reads back)."""
+    """Write the resolved config as YAML (what ``--config`` reads back), atomically."""
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    path = Path(path)
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    os.replace(staging, path)
+
+
+# ---------------------------------------------------------------------- resuming a run
+#: What a resumed run may change from its ``config.yaml``: how long it runs, how often it
+#: evaluates and saves, how it reports, and the machine's thread count. None of them changes
+#: what a step computes (``threads`` may change float rounding only), so a resumed run still
+#: reaches the uninterrupted run's state. ``output`` is the run folder itself.
+RESUMABLE_KEYS = ("steps", "max_minutes", "progress", "threads", "eval.every", "checkpoint_every", "output")
+#: The run folder's copy of its config.
+RUN_CONFIG_FILE = "config.yaml"
+
+
+def load_run_config(
+    output: str | Path,
+    path: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    values: dict[str, Any] | None = None,
+) -> TrainConfig:
+    """The config to resume the run in ``output`` with: its ``config.yaml``, changed only in :data:`RESUMABLE_KEYS`.
+
+    ``path``, ``overrides`` and ``values`` are what the command line gave (as in
+    :func:`load_config`); a key outside :data:`RESUMABLE_KEYS` is accepted only with the
+    value the run already has, else :class:`InvalidOptionError` shows each difference.
+    """
+    run_file = Path(output) / RUN_CONFIG_FILE
+    if not run_file.is_file():
+        raise InvalidOptionError(
+            f"--resume reads the run's {RUN_CONFIG_FILE}, and {str(run_file)!r} does not exist; pass the "
+            "--output folder of the run to continue, or start a new run without --resume."
+        )
+    tree = _parse_yaml(run_file.read_text()) or {}
+    run = build(TrainConfig, copy.deepcopy(tree))
+    if path is not None:
+        _merge(tree, _parse_yaml(Path(path).read_text()) or {})
+    for key, value in (parse_override(text) for text in overrides):
+        _nested_update(tree, key, value)
+    for key, value in {**(values or {}), "output": str(output)}.items():
+        _nested_update(tree, key, value)
+    requested = build(TrainConfig, tree)
+    check_resumable(run, requested)
+    return requested
+
+
+def check_resumable(run: TrainConfig, requested: TrainConfig) -> None:
+    """Raise :class:`InvalidOptionError` listing each key outside :data:`RESUMABLE_KEYS` where the configs differ."""
+    before, after = _flat(run.to_dict()), _flat(requested.to_dict())
+    changed = [key for key in before if key not in RESUMABLE_KEYS and before[key] != after.get(key)]
+    if changed:
+        lines = "\n".join(f"  {key}: the run has {before[key]!r}, the command line gives {after.get(key)!r}" for key in changed)
+        raise InvalidOptionError(
+            f"--resume continues the run with its own config.yaml; these keys differ from it:\n{lines}\n"
+            f"Drop them from the command line (a resumed run may change only {', '.join(RESUMABLE_KEYS)}), "
+            "or start a new run in another --output folder."
+        )
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a config dict; only config sections are descended into (``options`` stay values)."""
+    flat: dict[str, Any] = {}
+    for name, value in tree.items():
+        if not prefix and name in _SECTIONS and isinstance(value, dict):
+            flat.update(_flat(value, f"{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+def _merge(tree: dict[str, Any], update: dict[str, Any]) -> None:
+    """Deep-merge a YAML config file's sections into ``tree``."""
+    for key, value in update.items():
+        if isinstance(value, dict) and key in _SECTIONS and isinstance(tree.get(key), dict):
+            tree[key].update(value)
+        else:
+            tree[key] = value
+
+
+#: The names of TrainConfig's sections (``rollout``, ``optim``, ...).
+_SECTIONS = tuple(name for name, hint in typing.get_type_hints(TrainConfig).items() if dataclasses.is_dataclass(hint))

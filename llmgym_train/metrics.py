@@ -10,12 +10,14 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 CURVE_FILE = "learning_curve.png"
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_FOLDER = "tensorboard"
 #: vLLM's, transformers' and Python warnings' log lines of a run, kept out of the console.
 LOG_FILE = "run.log"
 _LIBRARY_LOGGERS = ("vllm", "transformers", "torch", "ray", "py.warnings")
@@ -66,6 +68,10 @@ class RunLog:
         total_steps: for the progress bar's ETA.
         progress: show a rich progress bar (disable in tests and non-interactive logs).
         start_step: the step a resumed run starts from (the bar and ETA continue from it).
+        keep_records: a resumed run's count of records its checkpoint covers: later ones (written
+            after that checkpoint by the interrupted process) are dropped, and the TensorBoard
+            events are written again from the kept ones, so no step appears twice in either.
+            ``None``: a new run, whose metrics replace any earlier run's in ``output``.
     """
 
     def __init__(
@@ -76,11 +82,18 @@ class RunLog:
         progress: bool = True,
         start_step: int = 0,
         max_minutes: float = 0.0,
+        keep_records: int | None = None,
     ) -> None:
         self.output = output
-        self.records: list[dict[str, Any]] = _read_jsonl(output / METRICS_FILE)
-        self._file = (output / METRICS_FILE).open("a")
-        self._writer = _tensorboard_writer(output / "tensorboard")
+        path = output / METRICS_FILE
+        self.records: list[dict[str, Any]] = [] if keep_records is None else _keep_first(path, keep_records)
+        if keep_records is None:
+            path.unlink(missing_ok=True)
+        shutil.rmtree(output / TENSORBOARD_FOLDER, ignore_errors=True)
+        self._file = path.open("a")
+        self._writer = _tensorboard_writer(output / TENSORBOARD_FOLDER)
+        for record in self.records:
+            self._write_scalars(record)
         self._progress = None
         self._task = None
         if progress:
@@ -111,11 +124,17 @@ class RunLog:
         self.records.append(record)
         self._file.write(json.dumps(record, default=float) + "\n")
         self._file.flush()
-        if self._writer is not None:
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    self._writer.add_scalar(f"{kind}/{name}", value, step)
-            self._writer.flush()
+        self._write_scalars(record)
+
+    def _write_scalars(self, record: dict[str, Any]) -> None:
+        if self._writer is None:
+            return
+        for name, value in record.items():
+            if name in ("step", "kind", "time"):
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self._writer.add_scalar(f"{record['kind']}/{name}", value, record["step"])
+        self._writer.flush()
 
     def start_budget(self) -> None:
         """The time budget starts now (after the first evaluation)."""
@@ -177,10 +196,13 @@ class RunLog:
         self._file.close()
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _keep_first(path: Path, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` records of ``path``; the file is rewritten (atomically) to hold only them."""
+    lines = path.read_text().splitlines()[:count] if path.is_file() else []
+    staging = path.with_name(path.name + ".tmp")
+    staging.write_text("".join(line + "\n" for line in lines))
+    os.replace(staging, path)
+    return [json.loads(line) for line in lines]
 
 
 def _tensorboard_writer(folder: Path) -> Any:

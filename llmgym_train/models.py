@@ -7,6 +7,8 @@ Accepted names, tried in this order:
   into a float32 HF folder under the cache (``$LLMGYM_CACHE``, else ``~/.cache/llmgym``) and
   reused afterwards; vLLM and transformers both load that folder.
 * a local folder holding an HF model (``config.json`` inside);
+* a run folder of ``llmgym-train``: its ``model/`` folder, the policy saved at the last
+  checkpoint (``model.old/`` in the instant the trainer swaps a new one in);
 * a hub id (``"org/name"``), downloaded by ``huggingface_hub`` where a hub is reachable.
 
 The conversion writes into a temporary folder and renames it into place, under a file lock,
@@ -27,6 +29,8 @@ from llmgym.error import DependencyNotInstalled, InvalidOptionError, did_you_mea
 
 #: The model ``llmgym-train`` uses when none is given.
 DEFAULT_MODEL = "smollm2-135m"
+#: Where a run folder of ``llmgym-train`` holds its policy as an HF model folder.
+RUN_MODEL_FOLDER = "model"
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def cache_dir() -> Path:
 
 
 def resolve_model(name: str) -> Path:
-    """The local HF folder for ``name`` (an alias, a local folder or a hub id); converts or downloads once.
+    """The local HF folder for ``name`` (an alias, a local folder, a run folder or a hub id); converts or downloads once.
 
     Raises:
         InvalidOptionError: ``name`` is none of the accepted forms; the message lists them.
@@ -67,12 +71,16 @@ def resolve_model(name: str) -> Path:
         return _converted_alias(name, ALIASES[name])
     path = Path(name).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise InvalidOptionError(
-                f"Model folder {str(path)!r} has no config.json; expected a Hugging Face model folder "
-                "(save one with model.save_pretrained(folder) and tokenizer.save_pretrained(folder))."
-            )
-        return path
+        if (path / "config.json").is_file():
+            return path
+        for saved in (path / RUN_MODEL_FOLDER, path / f"{RUN_MODEL_FOLDER}.old"):
+            if (saved / "config.json").is_file():
+                return saved
+        raise InvalidOptionError(
+            f"Model folder {str(path)!r} has no config.json; expected a Hugging Face model folder "
+            "(save one with model.save_pretrained(folder) and tokenizer.save_pretrained(folder)), or a run "
+            f"folder of llmgym-train holding {RUN_MODEL_FOLDER}/ (written at its first checkpoint)."
+        )
     if _looks_like_hub_id(name):
         return _download(name)
     raise InvalidOptionError(_unknown_model_message(name))

@@ -156,20 +156,27 @@ class Policy:
 
     # ------------------------------------------------------------------ generator side
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """HF-named weights for the generator (LoRA merged in), detached; the model is unchanged after."""
+        """HF-named weights for the generator (LoRA merged in), detached; the model is left untouched."""
         if not self.is_lora:
             for name, tensor in self.model.state_dict().items():
                 yield name, tensor.detach()
             return
-        self.model.merge_adapter()
-        try:
-            base = self.model.get_base_model()
+        # base + delta computed aside: merging in place and unmerging after would leave the
+        # base weights off by float rounding, a little more after every export.
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()
+        deltas = {
+            f"{name}.base_layer.weight": sum(module.get_delta_weight(adapter) for adapter in module.active_adapters)
+            for name, module in base.named_modules()
+            if isinstance(module, LoraLayer) and module.active_adapters
+        }
+        with torch.no_grad():
             for name, tensor in base.state_dict().items():
                 if "lora_" in name:
                     continue
-                yield name.replace(".base_layer.", "."), tensor.detach().clone()
-        finally:
-            self.model.unmerge_adapter()
+                merged = tensor + deltas[name].to(tensor.dtype) if name in deltas else tensor
+                yield name.replace(".base_layer.", "."), merged.detach()
 
     # ------------------------------------------------------------------ checkpoints
     def trainable_state(self) -> dict[str, Any]:
@@ -196,11 +203,15 @@ class Policy:
             self.value_head.load_state_dict(state["value_head"])
 
     def save_pretrained(self, folder: Path) -> None:
-        """Save the policy for later use: an HF model folder, or a peft adapter folder under LoRA."""
-        self.model.save_pretrained(folder)
+        """Save the policy as a plain HF model folder with its tokenizer (LoRA merged in): what vLLM and transformers load.
+
+        The value head is not part of it (the trainer's checkpoint holds it).
+        """
+        if self.is_lora:
+            self.model.get_base_model().save_pretrained(folder, state_dict=dict(self.export_weights()))
+        else:
+            self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
-        if self.value_head is not None:
-            torch.save(self.value_head.state_dict(), Path(folder) / "value_head.pt")
 
 
 def _place(picked: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:

@@ -9,12 +9,23 @@ the loss plumbing in :mod:`llmgym_train.update`; this module only decides the or
 Reproducibility: level seeds, sampling seeds and minibatch orders are all derived from
 ``(config.seed, step)``, so a run resumed from a checkpoint at step ``k`` continues exactly
 as the uninterrupted run would (the checkpoint also holds the optimizer and torch's RNG).
+
+A run folder holds ``config.yaml``, ``checkpoint.pt`` (what resuming needs), ``model/`` (the
+policy as a Hugging Face folder with its tokenizer, LoRA merged: what ``llmgym-bench
+--agents checkpoint:<run>`` and ``--model <run>`` load), ``metrics.jsonl`` and TensorBoard
+events. A process killed at any moment resumes to the uninterrupted run's state: every file
+is replaced whole (written beside, then renamed; ``model/`` first, ``checkpoint.pt`` last),
+the checkpoint records how many metric records it covers, and a resume drops the records
+written after it and rebuilds the TensorBoard events from the rest, so no step is logged twice.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,20 +34,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from llmgym.error import InvalidOptionError
 from llmgym_train.agents import AgentConfig, EpisodeStart
 from llmgym_train.algorithms import group_variance_keep
 from llmgym_train.batching import Batch, collate, with_advantages
 from llmgym_train.chat import ChatTokens
-from llmgym_train.config import EnvSpec, TrainConfig, save_config
+from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
 from llmgym_train.generation import SamplingSpec, make_generator
-from llmgym_train.metrics import LOG_FILE, RunLog, route_library_logs
-from llmgym_train.models import resolve_model
+from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, route_library_logs
+from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
 from llmgym_train.policy import Policy
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.update import accumulate_gradients, normalizer, optimizer_step, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
+#: Tests set this to ``POINT@STEP`` to SIGKILL the process at that point of that step (see :func:`_kill_point`).
+KILL_AT_VARIABLE = "LLMGYM_TRAIN_KILL_AT"
 
 
 @dataclass
@@ -73,7 +87,10 @@ class Trainer:
 
     Arguments:
         config: the validated config.
-        resume: continue from ``output/checkpoint.pt`` (step counter, weights, optimizer, RNG).
+        resume: continue the run in ``config.output`` from its ``checkpoint.pt`` (step counter,
+            weights, optimizer, RNG); ``config`` may differ from the run's ``config.yaml`` only in
+            :data:`~llmgym_train.config.RESUMABLE_KEYS`. A run killed before its first
+            checkpoint starts again from step 0.
     """
 
     def __init__(self, config: TrainConfig, *, resume: bool = False) -> None:
@@ -82,9 +99,12 @@ class Trainer:
             torch.set_num_threads(config.threads)
         self.model_folder = resolve_model(config.model)
         self.output = Path(config.output)
+        checkpoint = self._read_checkpoint() if resume else None
         self.output.mkdir(parents=True, exist_ok=True)
         route_library_logs(self.output / LOG_FILE)
-        save_config(config, self.output / "config.yaml")
+        if not resume:
+            _clear_run(self.output)
+        save_config(config, self.output / RUN_CONFIG_FILE)
         loss = config.loss
         self.policy = Policy.load(
             self.model_folder, config.model_options, with_value=config.algo == "ppo", with_reference=loss.kl_coef > 0
@@ -96,11 +116,15 @@ class Trainer:
         self.step = 0
         self.nan_steps = 0
         self.nan_streak = 0
-        if resume:
-            self._load_checkpoint()
+        #: The step of the last logged evaluation (None: none yet).
+        self.last_eval_step: int | None = None
+        #: False from a step's first weight update until its metrics are logged: a checkpoint
+        #: written then would hold half a step.
+        self._consistent = True
+        if checkpoint is not None:
+            self._restore(checkpoint)
         else:
             torch.manual_seed(config.seed)
-            (self.output / "metrics.jsonl").unlink(missing_ok=True)
         self.env_workers = self._make_env_workers()
         try:
             self.generator = self._make_generator()
@@ -109,7 +133,8 @@ class Trainer:
                 self.env_workers.close()
             raise
         self.log = RunLog(
-            self.output, config.steps, progress=config.progress, start_step=self.step, max_minutes=config.max_minutes
+            self.output, config.steps, progress=config.progress, start_step=self.step, max_minutes=config.max_minutes,
+            keep_records=None if checkpoint is None else _records_covered(checkpoint, self.output),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -161,7 +186,7 @@ class Trainer:
         config = self.config
         stop_reason, completed = "reached the last step", True
         try:
-            if self.step == 0:
+            if self.step == 0 and self.last_eval_step is None:
                 self.evaluate()
             # The budget counts training only, so a slow first evaluation cannot use it up.
             deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else math.inf
@@ -172,6 +197,7 @@ class Trainer:
                     stop_reason = f"time budget of {config.max_minutes:g} minutes used"
                     break
                 metrics = self.train_step()
+                _kill_point("step-logged", self.step)
                 self.log.advance(self.step, metrics.get("success_rate"), self._last_eval_success())
                 if self.nan_streak >= config.max_nan_steps:
                     stop_reason, completed = f"{self.nan_streak} steps in a row with a non-finite loss", False
@@ -180,11 +206,14 @@ class Trainer:
                     self.evaluate()
                 if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                     self.save_checkpoint()
-            if completed:
+            if completed and self.last_eval_step != self.step:
                 self.evaluate()
         except KeyboardInterrupt:
             stop_reason, completed = "interrupted", False
-        self.save_checkpoint()
+        if self._consistent:
+            self.save_checkpoint()
+        else:  # interrupted inside an update: the last checkpoint stands
+            stop_reason += f" during step {self.step + 1}; the checkpoint of an earlier step is kept"
         curve = self.log.plot()
         return RunSummary(
             output=self.output,
@@ -201,6 +230,7 @@ class Trainer:
         """One rollout and update; returns the step's metrics (also logged)."""
         started = time.perf_counter()
         trajectories, rollout_metrics = self.collect(self.step)
+        self._consistent = False
         samples, filter_metrics = self._filtered_samples(trajectories)
         update_metrics: dict[str, Any] = {"samples": len(samples)}
         if samples:
@@ -210,6 +240,7 @@ class Trainer:
         self._sync_weights()
         metrics = {**rollout_metrics, **filter_metrics, **update_metrics, "step_seconds": time.perf_counter() - started}
         self.log.log(self.step, "train", metrics)
+        self._consistent = True
         return metrics
 
     # ------------------------------------------------------------------ rollout
@@ -360,6 +391,7 @@ class Trainer:
         trajectories, _ = self._play(starts, SamplingSpec(max_tokens=max_tokens, temperature=0.0), None)
         metrics = _episode_metrics(trajectories, labels)
         self.log.log(self.step, "eval", metrics)
+        self.last_eval_step = self.step
         return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in self.config.validation_envs}
 
     def _last_eval_success(self) -> float | None:
@@ -375,11 +407,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
-        """Write ``output/checkpoint.pt`` atomically (weights, optimizer, RNG, counters)."""
+        """Write ``output/model/``, then ``output/checkpoint.pt`` (weights, optimizer, RNG, counters), each atomically."""
+        self.export_model()
         state = {
             "step": self.step,
             "nan_steps": self.nan_steps,
             "nan_streak": self.nan_streak,
+            "last_eval_step": self.last_eval_step,
+            "metrics_records": len(self.log.records),
             "policy": self.policy.trainable_state(),
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
@@ -387,24 +422,75 @@ class Trainer:
         path = self.output / CHECKPOINT_FILE
         staging = path.with_suffix(".tmp")
         torch.save(state, staging)
+        _kill_point("checkpoint-staged", self.step)
         os.replace(staging, path)
         return path
 
-    def _load_checkpoint(self) -> None:
+    def export_model(self) -> Path:
+        """``output/model/``: the policy as a Hugging Face folder with its tokenizer, replaced whole.
+
+        The new folder is written beside the old one and renamed into place; between the two
+        renames only ``model.old/`` exists, which :func:`~llmgym_train.models.resolve_model` reads.
+        """
+        target = self.output / RUN_MODEL_FOLDER
+        staging, previous = target.with_name(f"{target.name}.tmp"), target.with_name(f"{target.name}.old")
+        shutil.rmtree(staging, ignore_errors=True)
+        self.policy.save_pretrained(staging)
+        _kill_point("model-staged", self.step)
+        if target.exists():
+            shutil.rmtree(previous, ignore_errors=True)
+            os.rename(target, previous)
+        _kill_point("model-moved-aside", self.step)
+        os.rename(staging, target)
+        shutil.rmtree(previous, ignore_errors=True)
+        return target
+
+    def _read_checkpoint(self) -> dict[str, Any] | None:
+        """The run's checkpoint (None: killed before its first one), after checking the config may resume it."""
+        config_file = self.output / RUN_CONFIG_FILE
         path = self.output / CHECKPOINT_FILE
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"--resume found no checkpoint at {path}; run without --resume first, or pass the --output "
-                "folder of the run to continue."
+        if not config_file.is_file():
+            raise InvalidOptionError(
+                f"--resume found no run in {str(self.output)!r} (no {RUN_CONFIG_FILE}); run without --resume "
+                "first, or pass the --output folder of the run to continue."
             )
-        state = torch.load(path, weights_only=False)
+        import yaml
+
+        check_resumable(build(TrainConfig, yaml.safe_load(config_file.read_text()) or {}), self.config)
+        return torch.load(path, weights_only=False) if path.is_file() else None
+
+    def _restore(self, state: dict[str, Any]) -> None:
         self.policy.load_trainable_state(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         self.step = int(state["step"])
         self.nan_steps = int(state["nan_steps"])
         self.nan_streak = int(state["nan_streak"])
-        _truncate_metrics(self.output / "metrics.jsonl", self.step)
+        self.last_eval_step = state.get("last_eval_step", self.step)
+
+
+def _kill_point(name: str, step: int) -> None:
+    """SIGKILL this process here when ``$LLMGYM_TRAIN_KILL_AT`` is ``name@step``: how tests kill a run mid-write."""
+    if os.environ.get(KILL_AT_VARIABLE) == f"{name}@{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _clear_run(output: Path) -> None:
+    """A new run in ``output`` replaces the files of an earlier one there, so a later --resume cannot mix them."""
+    checkpoint = output / CHECKPOINT_FILE
+    for path in (checkpoint, checkpoint.with_suffix(".tmp")):
+        path.unlink(missing_ok=True)
+    for suffix in ("", ".tmp", ".old"):
+        shutil.rmtree(output / f"{RUN_MODEL_FOLDER}{suffix}", ignore_errors=True)
+
+
+def _records_covered(state: dict[str, Any], output: Path) -> int:
+    """Metric records the checkpoint covers; older checkpoints did not count them: those up to its step."""
+    if "metrics_records" in state:
+        return int(state["metrics_records"])
+    path = output / METRICS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return sum(1 for line in lines if line.strip() and json.loads(line)["step"] <= int(state["step"]))
 
 
 def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
@@ -448,20 +534,6 @@ def _summary(trajectories: list[Trajectory], suffix: str) -> dict[str, Any]:
         f"invalid_action_rate{suffix}": float(np.mean([not turn.action_is_valid for turn in turns])) if turns else 0.0,
         f"generated_tokens{suffix}": int(sum(t.num_generated_tokens for t in trajectories)),
     }
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop records after ``step`` (written by the interrupted run after its last checkpoint)."""
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and _record_step(line) <= step]
-    path.write_text("".join(line + "\n" for line in kept))
-
-
-def _record_step(line: str) -> int:
-    import json
-
-    return int(json.loads(line)["step"])
 
 
 __all__ = ["RunSummary", "Trainer"]

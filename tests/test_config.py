@@ -95,3 +95,28 @@ def test_cli_rejects_a_bad_config_before_loading_a_model(capsys: pytest.CaptureF
     assert "ID:N_GROUPS" in capsys.readouterr().err
     assert main(["--algo", "grpo", "rollout.group_size=1", "--model", "/nonexistent"]) == 2
     assert "group_size must be >= 2" in capsys.readouterr().err
+
+
+def test_unknown_env_ids_and_agent_names_fail_at_config_load_with_a_suggestion() -> None:
+    with pytest.raises(InvalidOptionError, match="Unknown env id 'llmgym/FrozenLak-v0'. Did you mean 'llmgym/FrozenLake-v0'"):
+        load_config(overrides=["train_envs=llmgym/FrozenLak-v0:2"])
+    with pytest.raises(InvalidOptionError, match="Did you mean 'llmgym/FrozenLake-v0'"):  # not Gymnasium's own
+        load_config(values={"train_envs": ["FrozenLake-v0"]})
+    with pytest.raises(InvalidOptionError, match=r"Did you mean 'llmgym/Sokoban-v[01]'"):
+        load_config(values={"eval_envs": [{"id": "llmgym/Sokoban-v9"}]})
+    with pytest.raises(InvalidOptionError, match="Unknown agent 'chian'. Did you mean 'chain'"):
+        load_config(overrides=["rollout.agent=chian"])
+    assert load_config(overrides=["rollout.agent=self-play"]).rollout.agent == "self-play"
+
+
+def test_cli_rejects_an_unknown_env_or_agent_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The model does not exist: reaching it would fail with exit code 1 and a model error.
+    missing = str(tmp_path / "no-model")
+    assert main(["--env", "llmgym/FrozenLak-v0:2", "--model", missing, "--output", str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err
+    assert "config error" in error and "Did you mean 'llmgym/FrozenLake-v0'" in error
+    assert main(["--model", missing, "--output", str(tmp_path / "run"), "rollout.agent=self_play"]) == 2
+    assert "Did you mean 'self-play'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists(), "nothing is written before the config holds"

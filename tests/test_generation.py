@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,48 @@ def test_hf_backend_logprobs_match_the_model(random_tiny_model: Any, char_tokeni
         torch.testing.assert_close(torch.tensor(completion.logprobs), expected, atol=1e-4, rtol=0)
     again = generator.generate(prompts, SamplingSpec(max_tokens=12, temperature=1.0, seed=3))
     assert again == completions
+
+
+def test_hf_backend_seeded_request_gives_the_same_completion_in_any_batch(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
+    encode = lambda text: char_tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    prompt, spec = encode("hello there"), SamplingSpec(max_tokens=16, temperature=1.0, top_p=0.95, seed=7)
+    others = [
+        (encode("a"), SamplingSpec(max_tokens=5, temperature=0.7, seed=1)),
+        (encode("a much longer prompt than the others"), SamplingSpec(max_tokens=20, temperature=1.3, top_k=20, seed=2)),
+        (encode("greedy"), SamplingSpec(max_tokens=9, temperature=0.0)),
+    ]
+    rng_state = torch.get_rng_state()
+    (alone,) = generator.generate([prompt], spec)
+    batchings = [
+        [others[0], (prompt, spec), others[1]],  # in the middle of a batch of 3
+        [others[1], others[2], others[0], (prompt, spec)],  # last, beside a greedy row
+        [(prompt, spec), (prompt, replace(spec, seed=8)), others[2]],  # first, beside itself with another seed
+    ]
+    for batch in batchings:
+        completions = generator.generate([p for p, _ in batch], [s for _, s in batch])
+        (found,) = [c for (p, s), c in zip(batch, completions, strict=True) if s == spec]
+        assert found.token_ids == alone.token_ids, f"batch of {len(batch)} changed the seeded completion"
+        torch.testing.assert_close(torch.tensor(found.logprobs), torch.tensor(alone.logprobs), atol=1e-5, rtol=0)
+    assert torch.equal(torch.get_rng_state(), rng_state), "seeded requests leave torch's global RNG alone"
+    (other_seed,) = generator.generate([prompt], replace(spec, seed=8))
+    assert other_seed.token_ids != alone.token_ids, "another seed samples another completion"
+    assert len(alone.token_ids) > 3, "the comparison needs a few sampled tokens"
+
+
+def test_hf_backend_top_k_1_and_a_tiny_top_p_sample_the_greedy_completion(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
+    prompt = char_tokenizer.encode("hi", add_special_tokens=False)
+    (greedy,) = generator.generate([prompt], SamplingSpec(max_tokens=10, temperature=0))
+    narrow = [SamplingSpec(max_tokens=10, temperature=2.0, top_k=1, seed=3),
+              SamplingSpec(max_tokens=10, temperature=2.0, top_p=1e-6, seed=4)]
+    for completion in generator.generate([prompt, prompt], narrow):
+        assert completion.token_ids == greedy.token_ids
+        assert completion.logprobs == pytest.approx([0.0] * len(completion.token_ids), abs=1e-6)
 
 
 def test_hf_backend_stops_at_a_stop_token_and_keeps_it(random_tiny_model: Any, char_tokenizer: Any) -> None:

@@ -172,8 +172,33 @@ def test_every_leaderboard_env_can_be_made() -> None:
         gym.make(env_id).close()
 
 
-def test_checkpoint_agent_rejects_a_folder_that_is_not_a_model(tmp_path: Path) -> None:
-    with pytest.raises(InvalidOptionError, match="config.json"):
+def test_checkpoint_agent_plays_a_run_folder_of_llmgym_train(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from llmgym_train.cli import main as train
+    from llmgym_train.testing import save_tiny_model
+
+    model, run = save_tiny_model(tmp_path / "tiny", seed=3), tmp_path / "run"
+    assert train([
+        "--env", "llmgym/FrozenLake-v0:1", "--model", str(model), "--algo", "reinforce_pp", "--steps", "2",
+        "--output", str(run), "rollout.backend=hf", "rollout.group_size=2", "rollout.max_new_tokens=4",
+        "rollout.max_turns=1", "eval.disabled=true", "checkpoint_every=1", "progress=false", "threads=1",
+    ]) == 0
+    trained = torch.load(run / "checkpoint.pt", weights_only=False)["policy"]["weights"]
+    exported = load_file(run / "model" / "model.safetensors")
+    assert all(torch.equal(tensor, trained[name]) for name, tensor in exported.items()), "model/ is the last step's policy"
+    main(["--agents", f"checkpoint:{run}", "--backend", "hf", "--envs", "FrozenLake-v0", "--limit", "1",
+          "--max-turns", "1", "--max-tokens", "8", "--output-dir", str(tmp_path / "board"), "--no-progress"])
+    (row,) = json.loads((tmp_path / "board" / "leaderboard.json").read_text())["results"]
+    assert row["agent"] == "checkpoint:.../run"  # results keep only the name of a path outside the repo
+    assert row["agent_settings"]["backend"] == "hf" and row["agent_settings"]["model"] == ".../model"
+    (episode,) = row["episodes"]
+    assert episode["turns"] == 1 and 1 <= episode["completion_tokens"] <= 8
+
+
+def test_checkpoint_agent_rejects_a_folder_that_is_neither_a_model_nor_a_run(tmp_path: Path) -> None:
+    with pytest.raises(InvalidOptionError, match="config.json.*run folder"):
         make_agent(f"checkpoint:{tmp_path}", AgentOptions())
 
 

@@ -122,6 +122,20 @@ def test_actors_spread_over_both_nodes_and_match_the_inline_backend(
         remote.close()
 
 
+def test_backend_named_ray_in_make_vec_builds_ray_env_backend_with_its_defaults(cluster: Cluster) -> None:
+    import gymnasium as gym
+
+    remote = gym.make_vec("llmgym/FrozenLake-v0", 4, backend="ray", num_workers=2, max_turns=4)
+    local = make_vector_env("llmgym/FrozenLake-v0", 4, max_turns=4)
+    try:
+        assert isinstance(remote, TextVectorEnv) and remote.backend_name == "ray"
+        assert len(remote._backend.actors) == 2 and remote.spec.kwargs["backend"] == "ray"
+        _assert_same(_rollout(remote, 6, use_async=False), _rollout(local, 6, use_async=False))
+    finally:
+        local.close()
+        remote.close()
+
+
 def test_a_killed_actor_raises_worker_died_error_naming_the_sub_env_and_seed(cluster: Cluster) -> None:
     venv = make_vector_env("llmgym/FrozenLake-v0", 4, backend=RayEnvBackend(num_cpus=0.5), num_workers=2,
                            action_parser=slow_parser)

@@ -80,7 +80,10 @@ def test_rollout_groups_masks_and_metrics(tiny_setup: tuple[HfGenerator, ChatTok
 
 def test_tiny_rollout_is_token_exact(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
-    result = rollout(generator, chat, group_episodes([EnvMix(FROZEN_LAKE, n_groups=2)], 2, seed=1), config=config())
+    # A random model samples special tokens often, which no rendering reproduces: 8 short
+    # episodes leave a few canonical ones to check.
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=4)], 2, seed=1)
+    result = rollout(generator, chat, episodes, config=config(max_tokens=8))
     checked = [t for t in result.trajectories if is_canonical(chat, t)]
     assert checked, "no trajectory to check"
     for trajectory in checked:

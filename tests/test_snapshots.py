@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import llmgym
 from llmgym.core import EnvState, Outcome, TextEnv
+from llmgym.envs.math.verify import AnswerVerifier
 from llmgym.error import (
     InvalidOptionError,
     ResetNeeded,
@@ -58,8 +59,15 @@ def play(env: gym.Env, choices: list[int]) -> list[Any]:
     return results
 
 
+#: Math envs check answers in workers with a wall-clock limit; on a crowded machine the default
+#: 5 s can run out on one play and not on its replay, which is the clock, not the snapshot.
+PATIENT_VERIFIER = AnswerVerifier(timeout=300.0)
+
+
 def make(env_id: str) -> gym.Env:
-    return gym.make(env_id).unwrapped
+    """The unwrapped env of ``env_id`` (math envs with a patient verifier)."""
+    is_math = gym.spec(env_id).entry_point.startswith("llmgym.envs.math")  # type: ignore[union-attr]
+    return gym.make(env_id, **({"verifier": PATIENT_VERIFIER} if is_math else {})).unwrapped
 
 
 choice_lists = st.lists(st.integers(0, 63), max_size=MAX_SUFFIX)
@@ -143,11 +151,11 @@ import pickle, sys
 import gymnasium as gym
 import llmgym
 sys.path.insert(0, sys.argv[1])
-from test_snapshots import play
+from test_snapshots import make, play
 jobs = pickle.loads(sys.stdin.buffer.read())
 results = []
 for env_id, state, suffix in jobs:
-    env = gym.make(env_id).unwrapped
+    env = make(env_id)
     env.set_state(state)
     results.append(play(env, suffix))
 sys.stdout.buffer.write(pickle.dumps(results))
@@ -320,7 +328,7 @@ def test_vector_get_state_keeps_the_snapshot_error_type_across_processes() -> No
         venv.close()
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_vector_snapshots_round_trip_on_the_ray_backend() -> None:
     ray = pytest.importorskip("ray")
     from llmgym.vector.ray_backend import RayEnvBackend
@@ -333,7 +341,9 @@ def test_vector_snapshots_round_trip_on_the_ray_backend() -> None:
     reference.close()
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False, log_to_driver=False)
+        # address="local": a Ray of this test's own, never another program's cluster on the machine.
+        ray.init(address="local", num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False,
+                 log_to_driver=False)
     venv = make_vector_env("llmgym/FrozenLake-Slippery-v0", 4, backend=RayEnvBackend(num_cpus=0.5),
                            num_workers=2, autoreset_mode="disabled")
     try:

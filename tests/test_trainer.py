@@ -76,6 +76,23 @@ def test_batch_8_accumulation_1_equals_batch_1_accumulation_8(aggregation: str, 
 
 
 
+def test_logged_kl_is_the_k3_token_mean_computed_by_hand() -> None:
+    policy = _policy(with_value=False)
+    batch = _batch(policy)
+    with torch.no_grad():
+        logprobs = policy.score(batch.input_ids, batch.attention_mask)["logprobs"]
+    # log q - log p = +0.5 on the first four samples, -1.0 on the last four.
+    log_ratio = torch.tensor([0.5] * 4 + [-1.0] * 4).unsqueeze(-1).expand_as(logprobs)
+    batch.ref_logprobs = (logprobs + log_ratio) * batch.loss_mask
+    # k3 = q/p - 1 - log(q/p):  e^0.5 - 1 - 0.5 = 0.1487213,  e^-1 - 1 + 1 = 0.3678794
+    tokens = batch.loss_mask.sum(dim=-1)
+    first, last = float(tokens[:4].sum()), float(tokens[4:].sum())
+    expected = (first * 0.1487213 + last * 0.3678794) / (first + last)
+    loss = LossConfig(kl_coef=0.1, kl_estimator="k3", aggregation="token-mean")
+    stats = accumulate_gradients(policy, batch, 3, loss, "grpo")
+    assert stats["kl"] == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
 def test_skipping_samples_without_advantage_keeps_the_gradient(aggregation: str) -> None:
     """A single on-policy update over only the samples with signal, divided as the whole batch."""
@@ -309,7 +326,14 @@ def test_mixture_with_filters_lora_and_kl_logs_per_env_metrics(tmp_path: Path) -
     for record in train:
         assert f"success_rate/{GRADED_ENV_ID}" in record and f"success_rate/{ENV_ID_SAY}" in record
         assert record["groups_dropped"] == 1  # 3 groups, keep ceil(0.5 * 3) = 2
-        assert record["samples"] == 8 and record["kl"] >= 0.0
+        assert record["samples"] == 8
+        assert record["kl"] > 0.0, "the adapters move the policy off the reference within the step"
+    from safetensors.torch import load_file
+
+    exported = load_file(tmp_path / "mixture" / "model" / "model.safetensors")  # what llmgym-bench loads
+    assert exported.keys() <= merged.keys() and "model.layers.0.self_attn.q_proj.weight" in exported
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, merged[name]), f"{name}: model/ must hold the merged LoRA weights"
 
 
 def test_void_turn_filter_drops_cut_off_generations(tmp_path: Path) -> None:
@@ -327,18 +351,36 @@ def test_void_turn_filter_drops_cut_off_generations(tmp_path: Path) -> None:
     assert unchanged, "no sample survived the filter, so no update may happen"
 
 
-def test_cli_runs_a_training_and_resumes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_runs_a_training_and_resumes_it_with_the_runs_own_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import yaml
+
     model = save_tiny_model(tmp_path / "model", seed=7)
-    common = [
-        "--env", f"{ENV_ID_SAY}:2", "--model", str(model), "--algo", "reinforce_pp", "--output", str(tmp_path / "cli"),
+    output = str(tmp_path / "cli")
+    assert main([
+        "--env", f"{ENV_ID_SAY}:2", "--model", str(model), "--algo", "reinforce_pp", "--output", output, "--steps", "1",
         "rollout.backend=hf", "rollout.group_size=2", "rollout.max_new_tokens=2", "rollout.max_model_len=64",
         "eval.levels=4", "progress=false", "threads=1",
-    ]
-    assert main([*common, "--steps", "1"]) == 0
+    ]) == 0
     printed = capsys.readouterr().out
     assert f"eval success {ENV_ID_SAY}: before" in printed and "learning_curve.png" in printed
-    assert main([*common, "--steps", "2", "--resume"]) == 0
+    first = yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text())
+    # The README's line: nothing but the run folder (and what may change mid-run) on the command line.
+    assert main(["--output", output, "--resume", "--steps", "2"]) == 0
     assert "finished at step 2" in capsys.readouterr().out
-    for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", CHECKPOINT_FILE):
+    resumed = yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text())
+    assert resumed == {**first, "steps": 2}, "the run's config, with only the new step count"
+    # A key that would change what a step computes is refused, showing the difference; nothing is touched.
+    assert main(["--output", output, "--resume", "--steps", "3", "--algo", "grpo", "rollout.group_size=4"]) == 2
+    error = capsys.readouterr().err
+    assert "algo: the run has 'reinforce_pp', the command line gives 'grpo'" in error
+    assert "rollout.group_size: the run has 2, the command line gives 4" in error
+    assert yaml.safe_load((tmp_path / "cli" / "config.yaml").read_text()) == resumed
+    records = [json.loads(line) for line in (tmp_path / "cli" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["kind"]) for r in records] == [(0, "eval"), (1, "train"), (1, "eval"), (2, "train"), (2, "eval")]
+    for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", CHECKPOINT_FILE, "model/config.json"):
         assert (tmp_path / "cli" / name).is_file(), name
     assert any((tmp_path / "cli" / "tensorboard").iterdir())

@@ -21,6 +21,9 @@ Backends, one API (``backend=``):
   Only this backend enforces ``step_timeout`` and survives a sub-env that hangs or crashes the
   interpreter (reported, then every worker is stopped). Scripts need the
   ``if __name__ == "__main__":`` guard (workers start through a fork server).
+* ``"ray"``: ``num_workers`` Ray actors spread over a cluster's nodes, each owning a shard of
+  the sub-envs (see :mod:`llmgym.vector.ray_backend`; ``RayEnvBackend(restart=True, ...)``
+  in place of the name sets its options). Needs ``pip install ray``.
 
 Gymnasium's own ``vectorization_mode="sync"`` and ``"async"`` work on every llmgym id too.
 """

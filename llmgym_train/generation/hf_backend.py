@@ -1,20 +1,24 @@
 """The transformers generation backend, for machines without vLLM and for tiny test models.
 
-Prompts are left-padded into one batch per distinct :class:`SamplingSpec`; the behavior
-logprob of each sampled token is the log-softmax of the processed scores ``generate``
-sampled from (after temperature / top-k / top-p), the same quantity vLLM reports with
-``logprobs_mode="processed_logprobs"``.
+Prompts are left-padded into one batch and decoded by a loop of its own over the model's
+KV cache (not ``generate``), so each row samples with its own settings: temperature, top-k,
+top-p, token budget, stop tokens and seed. A seeded row draws every token from a
+``torch.Generator`` of its own, so a request with a seed gives the same completion alone or in
+any batch, at any position; only its own logits and generator decide each token. (Padding
+and batch size change the float rounding of a matmul, so a draw that lands within rounding of
+a boundary between two tokens could still differ: rare enough that the tests never meet it.)
+Unseeded rows draw from torch's global RNG; seeded ones leave it untouched.
 
-Per-request seeds are not available in a batched ``generate``: requests that differ only in
-their seed share a batch, and the first request's seed seeds torch's RNG for it (inside
-``torch.random.fork_rng``, so the caller's RNG state is untouched). Unseeded batches draw
-from torch's global RNG.
+The behavior logprob of each sampled token is the log-softmax of the processed logits it was
+sampled from (after temperature / top-k / top-p), the same quantity vLLM reports with
+``logprobs_mode="processed_logprobs"``; greedy rows (temperature 0) report the raw logits'
+log-softmax.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,16 +71,14 @@ class HfGenerator:
         self, prompts: Sequence[Sequence[int]], sampling: SamplingSpec | Sequence[SamplingSpec]
     ) -> list[Completion]:
         specs = per_prompt(sampling, len(prompts))
-        results: list[Completion | None] = [None] * len(prompts)
-        by_spec: dict[SamplingSpec, list[int]] = {}
-        for index, spec in enumerate(specs):
-            by_spec.setdefault(replace(spec, seed=None), []).append(index)
-        for spec, indices in by_spec.items():
-            seeded = replace(spec, seed=specs[indices[0]].seed)
-            completions = self._generate_batch([prompts[i] for i in indices], seeded)
-            for index, completion in zip(indices, completions, strict=True):
-                results[index] = completion
-        return [completion for completion in results if completion is not None]
+        if not prompts:
+            return []
+        was_training = self.model.training
+        self.model.eval()  # no dropout, and a KV cache even under gradient checkpointing
+        try:
+            return self._decode([list(prompt) for prompt in prompts], specs)
+        finally:
+            self.model.train(was_training)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy tensors into the parameters of the same name (no-op for tensors that already are them).
@@ -104,44 +106,109 @@ class HfGenerator:
         self.model = None
 
     # ------------------------------------------------------------------ helpers
-    def _generate_batch(self, prompts: list[Sequence[int]], spec: SamplingSpec) -> list[Completion]:
+    def _decode(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[Completion]:
+        """Decode every row to its own stop token or budget; one forward pass per new token."""
         torch = self._torch
         width = max(len(prompt) for prompt in prompts)
         input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)  # (B, T)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T)
         for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             attention_mask[row, width - len(prompt) :] = 1
-        stop_ids = list(self.eos_token_ids) + list(spec.stop_token_ids)
-        max_new = max(1, min(spec.max_tokens, self.max_model_len - width))
-        options: dict[str, Any] = {"do_sample": spec.temperature > 0}
-        if spec.temperature > 0:
-            options.update(temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k if spec.top_k > 0 else 0)
-        with torch.random.fork_rng(enabled=spec.seed is not None), torch.no_grad():
-            if spec.seed is not None:
-                torch.manual_seed(spec.seed)
-            output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=max_new,
-                eos_token_id=stop_ids,
-                pad_token_id=self._pad_id,
-                output_scores=True,
-                return_dict_in_generate=True,
-                **options,
-            )
-        generated = output.sequences[:, width:]  # (B, N)
-        scores = torch.stack(output.scores, dim=1).float()  # (B, N, V)
-        logprobs = torch.log_softmax(scores, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)  # (B, N)
-        return [_cut(generated[row].tolist(), logprobs[row].tolist(), set(stop_ids)) for row in range(len(prompts))]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        rows = [_Row(self, prompt, spec) for prompt, spec in zip(prompts, specs, strict=True)]
+        sampler = _Sampler(torch, specs)
+        cache = None
+        with torch.no_grad():
+            while not all(row.done for row in rows):
+                output = self.model(
+                    input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    past_key_values=cache, use_cache=True, logits_to_keep=1,
+                )
+                cache = output.past_key_values
+                active = [not row.done for row in rows]
+                tokens, logprobs = sampler.draw(output.logits[:, -1, :].float(), active)  # (B,), (B,)
+                for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist(), strict=True):
+                    row.add(token, logprob)
+                input_ids = tokens.unsqueeze(-1)  # (B, 1)
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
+                position_ids = position_ids[:, -1:] + 1  # (B, 1)
+        return [row.completion() for row in rows]
 
 
-def _cut(tokens: list[int], logprobs: list[float], stop_ids: set[int]) -> Completion:
-    """The completion up to and including its first stop token (``generate`` pads after it)."""
-    for position, token in enumerate(tokens):
-        if token in stop_ids:
-            return Completion(tuple(tokens[: position + 1]), tuple(logprobs[: position + 1]), "stop")
-    return Completion(tuple(tokens), tuple(logprobs), "length")
+class _Row:
+    """One request's tokens so far and when it ends."""
+
+    def __init__(self, generator: HfGenerator, prompt: list[int], spec: SamplingSpec) -> None:
+        self.budget = max(1, min(spec.max_tokens, generator.max_model_len - len(prompt)))
+        self.stop_ids = set(generator.eos_token_ids) | set(spec.stop_token_ids)
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.done = False
+
+    def add(self, token: int, logprob: float) -> None:
+        if self.done:
+            return
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        self.done = token in self.stop_ids or len(self.tokens) >= self.budget
+
+    def completion(self) -> Completion:
+        reason = "stop" if self.tokens[-1] in self.stop_ids else "length"
+        return Completion(tuple(self.tokens), tuple(self.logprobs), reason)
+
+
+class _Sampler:
+    """Next tokens for a batch whose rows each have their own sampling settings and RNG.
+
+    Temperature, top-k and top-p are applied row by row in one batched pass (the order
+    transformers and vLLM use); each sampled row then draws from its own ``torch.Generator``
+    when it has a seed, else from torch's global RNG.
+    """
+
+    def __init__(self, torch: Any, specs: list[SamplingSpec]) -> None:
+        self.torch = torch
+        self.greedy = torch.tensor([spec.temperature == 0 for spec in specs])  # (B,)
+        self.temperature = torch.tensor([spec.temperature or 1.0 for spec in specs]).unsqueeze(-1)  # (B, 1)
+        self.top_k = [spec.top_k for spec in specs]
+        self.top_p = torch.tensor([spec.top_p for spec in specs]).unsqueeze(-1)  # (B, 1)
+        self.generators = [
+            torch.Generator().manual_seed(spec.seed) if spec.seed is not None and spec.temperature > 0 else None
+            for spec in specs
+        ]
+
+    def draw(self, logits: Any, active: list[bool]) -> tuple[Any, Any]:
+        """``logits`` ``(B, V)`` -> next tokens ``(B,)`` and their logprobs ``(B,)``.
+
+        Only ``active`` rows draw (a finished row's token is ignored), so no RNG, global or
+        a row's own, advances for a row that has already ended.
+        """
+        torch = self.torch
+        processed = self._process(logits)  # (B, V)
+        logprobs = torch.log_softmax(processed, dim=-1)  # (B, V)
+        tokens = processed.argmax(dim=-1)  # (B,)
+        probabilities = logprobs.exp()
+        for row, generator in enumerate(self.generators):
+            if active[row] and not self.greedy[row]:
+                tokens[row] = torch.multinomial(probabilities[row], 1, generator=generator)[0]
+        return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+    def _process(self, logits: Any) -> Any:
+        torch = self.torch
+        scaled = torch.where(self.greedy.unsqueeze(-1), logits, logits / self.temperature)  # (B, V)
+        for row, top_k in enumerate(self.top_k):
+            if 0 < top_k < scaled.shape[-1] and not self.greedy[row]:
+                kth = torch.topk(scaled[row], top_k).values[-1]
+                scaled[row] = scaled[row].masked_fill(scaled[row] < kth, -math.inf)
+        nucleus = (self.top_p < 1.0).squeeze(-1) & ~self.greedy  # (B,)
+        if nucleus.any():
+            ordered, order = scaled[nucleus].sort(dim=-1, descending=True)  # (N, V)
+            probabilities = ordered.softmax(dim=-1)
+            # Drop a token once the mass before it already reaches top_p (the first always stays).
+            drop = probabilities.cumsum(dim=-1) - probabilities >= self.top_p[nucleus]
+            ordered = ordered.masked_fill(drop, -math.inf)
+            scaled[nucleus] = torch.empty_like(ordered).scatter(-1, order, ordered)
+        return scaled
 
 
 def _eos_token_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:

@@ -1,0 +1,38 @@
+"""Benchmark results files: portable paths, so a result reads the same on every machine."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from benchmarks.common import REPO_ROOT, RESULTS_DIR, write_result
+
+#: A JSON string value that starts like an absolute POSIX or Windows path.
+ABSOLUTE_PATH = re.compile(r'"(/|[A-Za-z]:\\\\)[^"]*"')
+
+
+def test_write_result_records_paths_relative_to_the_repo(tmp_path: Path) -> None:
+    figures = {
+        "curve_png": str(REPO_ROOT / "benchmarks" / "results" / "learning_curve.png"),
+        "config": {"output": REPO_ROOT / "runs" / "demo", "envs": ["llmgym/FrozenLake-v0"]},
+        "model": str(Path.home() / ".cache" / "llmgym" / "models" / "smollm2-135m"),
+        "scratch": "/tmp/lc_run",
+        "steps": [(1, 0.5)],
+    }
+    path = write_result("paths", figures, directory=tmp_path)
+    text = path.read_text()
+    written = json.loads(text)
+    assert written["curve_png"] == "benchmarks/results/learning_curve.png"
+    assert written["config"] == {"output": "runs/demo", "envs": ["llmgym/FrozenLake-v0"]}
+    assert written["model"] == "~/.cache/llmgym/models/smollm2-135m"
+    assert written["scratch"] == ".../lc_run"
+    assert written["steps"] == [[1, 0.5]]
+    assert not ABSOLUTE_PATH.search(text), ABSOLUTE_PATH.search(text)
+
+
+def test_committed_results_hold_no_absolute_paths() -> None:
+    for path in sorted(RESULTS_DIR.iterdir()):
+        if path.suffix in (".json", ".jsonl", ".md"):
+            found = ABSOLUTE_PATH.search(path.read_text())
+            assert found is None, f"{path.name} records the absolute path {found.group(0)}"
