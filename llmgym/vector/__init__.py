@@ -21,6 +21,9 @@ Backends, one API (``backend=``):
   Only this backend enforces ``step_timeout`` and survives a sub-env that hangs or crashes the
   interpreter (reported, then every worker is stopped). Scripts need the
   ``if __name__ == "__main__":`` guard (workers start through a fork server).
+* ``"jax"``: FrozenLake and Sokoban ids only (the ``jax`` extra): every sub-env's game
+  stepped in one compiled JAX call, text parsed and rendered around it, results equal to the
+  other backends' step for step (see :mod:`llmgym.jax.text_backend`).
 
 Gymnasium's own ``vectorization_mode="sync"`` and ``"async"`` work on every llmgym id too.
 """

@@ -35,7 +35,7 @@ from llmgym.vector.backends import (
 from llmgym.vector.infos import batch_infos
 from llmgym.vector.process import ProcessBackend, StartMethod
 
-BackendName = Literal["inline", "thread", "process"]
+BackendName = Literal["inline", "thread", "process", "jax"]
 BACKENDS: tuple[str, ...] = get_args(BackendName)
 START_METHODS: tuple[str, ...] = get_args(StartMethod)
 #: The options :func:`make_vector_env` keeps for itself; every other keyword goes to the env.
@@ -89,7 +89,8 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
     Args:
         env_fns: one factory per sub-env. For the process backend they must pickle (lambdas
             and closures do, through cloudpickle) and are called in the workers.
-        backend: ``"inline"``, ``"thread"`` or ``"process"`` (see :mod:`llmgym.vector`).
+        backend: ``"inline"``, ``"thread"``, ``"process"`` or ``"jax"`` (FrozenLake and Sokoban ids;
+            see :mod:`llmgym.vector`), or a backend object with ``start`` (the Ray backend).
         num_workers: threads or worker processes. Default: ``min(num_envs, 32)`` threads, or
             one process per CPU core (at most ``num_envs``).
         step_timeout: seconds one sub-env's ``step``/``reset``/``call`` may take (process
@@ -115,6 +116,10 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
         self.num_envs = len(env_fns)
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self._backend: Backend | None = None
+        if backend == "jax":  # FrozenLake and Sokoban stepped in JAX; needs the jax extra
+            from llmgym.jax.text_backend import JaxEnvBackend
+
+            backend = JaxEnvBackend()  # type: ignore[assignment]
         if callable(getattr(backend, "start", None)):  # a backend spec such as ray_backend.RayEnvBackend
             self.backend_name = backend.name  # type: ignore[attr-defined]
             self._backend = backend.start(env_fns, num_workers, step_timeout, self._describe)  # type: ignore[attr-defined]
