@@ -607,7 +607,8 @@ def test_the_env_refuses_to_run_code_where_isolation_does_not_hold_and_never_cac
                 ToolUseEnv(task="python", sandbox_config=config)
             assert "No permissions to create a new namespace" in str(refused.value)
             probes.append(len(runs.read_text().split()))
-        assert probes[0] >= 1 and probes[1] == 2 * probes[0]  # probed again: a failure is never remembered
+        # Probed again at every construction: a failure is never remembered.
+        assert probes[0] >= 1 and probes[1] == 2 * probes[0]
     finally:
         shutil.rmtree(shared)
     with pytest.raises(SandboxUnavailable, match=r"not an executable file.*Fix"):
