@@ -603,7 +603,8 @@ def test_the_env_refuses_to_run_code_where_isolation_does_not_hold_and_never_cac
         config = SandboxConfig(bwrap=str(fake))
         probes = []
         for _ in range(2):
-            with pytest.raises(SandboxUnavailable, match=r"user namespaces.*Fix:.*isolation='none'") as refused:
+            refusal = r"user namespaces.*Fix:.*isolation='none'"
+            with pytest.raises(SandboxUnavailable, match=refusal) as refused:
                 ToolUseEnv(task="python", sandbox_config=config)
             assert "No permissions to create a new namespace" in str(refused.value)
             probes.append(len(runs.read_text().split()))
