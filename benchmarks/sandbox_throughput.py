@@ -15,7 +15,9 @@ the figures are the price of that isolation. Measured, per implementation:
 ``git archive`` into a temporary directory; "after" is this checkout's. Each runs in its own
 process with ``PYTHONPATH`` pointing at its package, in the order before, after, after,
 before (for ``--rounds 2``), so that a drift in the machine's load falls on both alike; the
-summary takes the median over rounds.
+summary takes the median over rounds. The committed figures compare 4d8ca10 (main before the
+bubblewrap sandbox: a fork server that isolated by hand, as root only) with b9caf94:
+``python -m benchmarks.sandbox_throughput --baseline-ref 4d8ca10`` measures that pair again.
 
 Usage: ``python -m benchmarks.sandbox_throughput [--quick] [--baseline-ref main] [--rounds 2]``.
 Writes ``benchmarks/results/sandbox_throughput.json`` and prints a Markdown table.

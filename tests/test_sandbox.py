@@ -598,16 +598,20 @@ def _fake_bwrap(directory: Path) -> tuple[Path, Path]:
 
 def test_the_env_refuses_to_run_code_where_isolation_does_not_hold_and_never_caches_that(tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="llmgym-fake-bwrap-"))
-    fake, runs = _fake_bwrap(shared)
-    config = SandboxConfig(bwrap=str(fake))
-    probes = []
-    for _ in range(2):
-        with pytest.raises(SandboxUnavailable, match=r"user namespaces.*Fix:.*isolation='none'") as refused:
-            ToolUseEnv(task="python", sandbox_config=config)
-        assert "No permissions to create a new namespace" in str(refused.value)
-        probes.append(len(runs.read_text().split()))
-    assert probes[0] >= 1 and probes[1] == 2 * probes[0]  # probed again: a failure is never remembered
-    shutil.rmtree(shared)
+    try:
+        fake, runs = _fake_bwrap(shared)
+        config = SandboxConfig(bwrap=str(fake))
+        probes = []
+        for _ in range(2):
+            refusal = r"user namespaces.*Fix:.*isolation='none'"
+            with pytest.raises(SandboxUnavailable, match=refusal) as refused:
+                ToolUseEnv(task="python", sandbox_config=config)
+            assert "No permissions to create a new namespace" in str(refused.value)
+            probes.append(len(runs.read_text().split()))
+        # Probed again at every construction: a failure is never remembered.
+        assert probes[0] >= 1 and probes[1] == 2 * probes[0]
+    finally:
+        shutil.rmtree(shared)
     with pytest.raises(SandboxUnavailable, match=r"not an executable file.*Fix"):
         PythonSandbox(SandboxConfig(bwrap=str(tmp_path / "missing")))
     with pytest.raises(SandboxUnavailable, match=r"no Python interpreter found"):
