@@ -13,8 +13,8 @@ model's evaluation:
   search with memoized joint positions, cut where no level can still be solved in the moves
   left): the figure is exact. Beyond, beam searches over prefixes (:data:`BEAM_WIDTHS`), ranked
   by levels solved, then levels still solvable in the moves left, then their total distance to
-  a solution: a lower bound on the best route. Either way the route found is replayed on fresh envs and must score
-  what the search said.
+  a solution: a lower bound on the best route. Either way the route found is replayed on fresh
+  envs and must score what the search said.
 * ``optimal``: ``env.unwrapped.solution()`` replayed from the start; below 100% only where the
   turn limit is shorter than the solution.
 
@@ -58,7 +58,8 @@ def eval_records(env_id: str, count: int) -> list[dict[str, Any]]:
     records = load_eval_set(env_id)
     if count > len(records):
         raise InvalidOptionError(
-            f"{env_id} has {len(records)} frozen eval levels; asked for the first {count}. Ask for at most {len(records)}."
+            f"{env_id} has {len(records)} frozen eval levels; asked for the first {count}. "
+            f"Ask for at most {len(records)}."
         )
     return records[:count]
 
@@ -77,7 +78,8 @@ def move_budget(env: TextEnv) -> int:
     """Moves an episode of ``env`` allows: turns times moves per turn."""
     if env.max_turns is None:
         raise InvalidOptionError(
-            f"{type(env).__name__} has no turn limit (max_turns=None); a blind route needs one. Pass max_turns."
+            f"{type(env).__name__} has no turn limit (max_turns=None); a blind route needs one. "
+            "Pass max_turns."
         )
     return env.max_turns * moves_per_turn(env)
 
@@ -103,14 +105,16 @@ def _action_names(env: TextEnv) -> tuple[str, ...]:
     names = getattr(env, "action_names", None)
     if not names:
         raise InvalidOptionError(
-            f"{type(env).__name__} has no action_names; the random agent and the blind route need named moves."
+            f"{type(env).__name__} has no action_names; the random agent and the blind route need "
+            "named moves."
         )
     return tuple(names)
 
 
 # ---------------------------------------------------------------------- random and optimal
 def random_baseline(
-    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], episodes_per_level: int = 32, seed: int = 0
+    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], episodes_per_level: int = 32,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Success rate of uniformly random action names, ``episodes_per_level`` episodes a level.
 
@@ -139,7 +143,9 @@ def random_baseline(
     }
 
 
-def optimal_baseline(env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+def optimal_baseline(
+    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any]
+) -> dict[str, Any]:
     """Success rate of ``solution()`` replayed from each level's start, within the env's turn limit."""
     env = make_env(env_id, options)
     successes, lengths = 0, []
@@ -174,7 +180,8 @@ class LevelGraph:
 
 
 def build_level_graph(
-    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], max_states: int = MAX_STATES_PER_LEVEL
+    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any],
+    max_states: int = MAX_STATES_PER_LEVEL,
 ) -> LevelGraph:
     """Enumerate each level's positions with the env's own ``step`` (breadth first from its start)."""
     env = make_env(env_id, {**options, "max_turns": 2**30})  # the search, not the env, counts moves
@@ -216,8 +223,9 @@ def _enumerate_level(
             if key not in ids:
                 if len(ids) >= max_states:
                     raise InvalidOptionError(
-                        f"Level {record['seed']} has more than {max_states} reachable positions; the blind-route "
-                        "search enumerates them all. Use levels with fewer boxes or raise max_states."
+                        f"Level {record['seed']} has more than {max_states} reachable positions; the "
+                        "blind-route search enumerates them all. Use levels with fewer boxes, or raise "
+                        "max_states."
                     )
                 ids[key] = offset + len(snapshots)
                 snapshots.append(child)
@@ -361,8 +369,8 @@ def blind_route_baseline(
     if replayed != solved:
         raise Error(
             f"The blind route {route} solves {solved} of {len(records)} {env_id} levels in the search, but "
-            f"{replayed} when replayed on the env: expected equal counts. The search assumes a deterministic env "
-            "whose render() identifies the position; check the env's options (e.g. no slipping)."
+            f"{replayed} when replayed on the env: expected equal counts. The search assumes a deterministic "
+            "env whose render() identifies the position; check the env's options (e.g. no slipping)."
         )
     result: dict[str, Any] = {
         "success": solved / len(records),

@@ -13,6 +13,8 @@ Agent specs, as given on the command line:
   slippery ice is recovered from); for math, the reference answer.
 * ``sb3-ppo``: stable-baselines3 PPO on :func:`llmgym.wrappers.make_classic_env`, trained
   once per env with a fixed seed and cached under ``~/.cache/llmgym/sb3``.
+* ``jax-ppo:<checkpoint>``: a policy trained by :mod:`llmgym.jax.ppo` (the ``jax`` extra),
+  loaded from its checkpoint folder; it plays the envs whose board it was trained on.
 * ``vllm:<model>``: a local model through the vLLM backend (``vllm`` = ``vllm:smollm2-135m``).
 * ``checkpoint:<dir>``: a run folder of ``llmgym-train`` (its ``model/``, saved at each
   checkpoint) or any HF model folder, through the vLLM backend (``--backend hf``: transformers).
@@ -37,7 +39,7 @@ from llmgym.wrappers.classic import BOARD_SPECS, board_shape, encode_board, make
 
 Message = dict[str, str]
 
-AGENT_KINDS = ("random", "optimal", "sb3-ppo", "vllm", "checkpoint", "openai")
+AGENT_KINDS = ("random", "optimal", "sb3-ppo", "jax-ppo", "vllm", "checkpoint", "openai")
 
 
 @dataclass
@@ -298,6 +300,52 @@ def train_ppo(env_id: str, timesteps: int, seed: int, cache_dir: Path, n_steps: 
     return model
 
 
+class JaxPpoAgent:
+    """A :mod:`llmgym.jax.ppo` policy on the one-hot board, from a checkpoint folder.
+
+    It plays an env when the env's board has the shape and symbols it was trained on. It
+    acts greedily or samples, as its checkpoint says (chosen on validation levels when it
+    was trained); samples come from the episode's generator, so episodes replay exactly.
+    """
+
+    def __init__(self, checkpoint: str) -> None:
+        try:
+            from llmgym.jax.ppo import Policy
+        except ImportError as error:
+            raise DependencyNotInstalled(
+                f"The jax-ppo agent needs JAX; run `pip install 'llmgym[jax]'` ({error})."
+            ) from error
+        self.policy = Policy(checkpoint)
+        self.name = f"jax-ppo:{checkpoint}"
+        config = self.policy.config
+        self.settings = {"checkpoint": checkpoint, "act": self.policy.act_mode, "trained_on": config.env_id,
+                         "network": config.network, "seed": config.seed}
+
+    def supports(self, env: TextEnv) -> bool:
+        spec = BOARD_SPECS.get(type(env).__name__)
+        if spec is None or spec.symbols != self.policy.symbols:
+            return False
+        return board_shape(env, spec) == self.policy.board[:2]
+
+    def prepare(self, env_id: str) -> None:
+        pass
+
+    def act(self, turns: Sequence[Turn]) -> list[Reply]:
+        observations = np.stack([_grid_observation(turn.env) for turn in turns])
+        probabilities = self.policy.probabilities(observations)
+        replies = []
+        for turn, weights in zip(turns, probabilities, strict=True):
+            if self.policy.act_mode == "greedy":
+                action = int(np.argmax(weights))
+            else:
+                action = int(turn.rng.choice(len(weights), p=weights))
+            replies.append(Reply(answer(self.policy.action_names[action])))
+        return replies
+
+    def close(self) -> None:
+        pass
+
+
 # ---------------------------------------------------------------------- LLM agents
 def windowed(messages: Sequence[Message], history: int) -> list[Message]:
     """System prompt (if any) + the last ``history`` exchanges + the current user turn."""
@@ -486,13 +534,13 @@ def check_agent_spec(spec: str) -> None:
     valid = (
         (kind in ("random", "optimal", "sb3-ppo") and not argument)
         or kind == "vllm"
-        or (kind == "checkpoint" and bool(argument))
+        or (kind in ("checkpoint", "jax-ppo") and bool(argument))
         or (kind == "openai" and "#" in argument)
     )
     if not valid:
         raise InvalidOptionError(
             f"Unknown agent {spec!r}.{did_you_mean(kind, AGENT_KINDS)} Expected one of: random, optimal, "
-            "sb3-ppo, vllm[:<model>], checkpoint:<dir>, openai:<base_url>#<model> "
+            "sb3-ppo, jax-ppo:<checkpoint dir>, vllm[:<model>], checkpoint:<dir>, openai:<base_url>#<model> "
             "(e.g. openai:http://127.0.0.1:8000/v1#my-model)."
         )
 
@@ -507,6 +555,8 @@ def make_agent(spec: str, options: AgentOptions) -> Agent:
         return OptimalAgent()
     if kind == "sb3-ppo":
         return PpoAgent(options.ppo_timesteps, options.seed)
+    if kind == "jax-ppo":
+        return JaxPpoAgent(argument)
     if kind == "vllm":
         return VllmAgent.from_model(argument or "smollm2-135m", options.sampling, options.seed)
     if kind == "checkpoint":

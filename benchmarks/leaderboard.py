@@ -458,8 +458,8 @@ def write(document: dict[str, Any], output_dir: Path) -> dict[str, Path]:
 def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
     parser = argparse.ArgumentParser(prog="llmgym-bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", nargs="+", default=list(LeaderboardConfig.agents),
-                        help="random, optimal, sb3-ppo, vllm[:<model>], checkpoint:<dir>, "
-                             "openai:<base_url>#<model>")
+                        help="random, optimal, sb3-ppo, jax-ppo:<checkpoint dir>, vllm[:<model>], "
+                             "checkpoint:<dir>, openai:<base_url>#<model>")
     parser.add_argument("--envs", nargs="+", default=[], help="env ids (default: every id with an eval set)")
     parser.add_argument("--limit", type=int, default=None, help="first N levels of each eval set")
     parser.add_argument("--samples", type=int, default=1, help="episodes per level (pass@k for > 1)")

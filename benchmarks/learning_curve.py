@@ -14,8 +14,10 @@ Results: ``<results-dir>/learning_curve_<Name>.json`` (``Name`` is the id withou
 namespace), one file per env. The seed's figures are merged into it, replacing an earlier entry
 of the same seed and keeping the others, so seeds can run at different times and an
 interrupted run loses only its own seed. Per-seed figures are lists in seed order (``seeds``,
-``eval_success_before``, ``eval_success_after``, ``minutes``, ``config``, ``eval_curve``, the
-load average at the start and end of the run, its commit, machine and versions, ...), with
+``eval_success_before``, ``eval_success_after``, ``minutes`` (wall time of the run, model
+loading and evaluations included), ``train_minutes`` (what ``--minutes`` bounds), ``config``,
+``eval_curve``, the load average at the start and end of the run, its commit, machine and
+versions, ...), with
 ``eval_success_after_mean`` beside them, and ``baselines`` (random, best blind route, optimal:
 :mod:`benchmarks.baselines`) on the same levels under the same eval options. The run's curve
 PNG is copied next to the JSON as ``learning_curve_<Name>_seed<N>.png``. Paths in the JSON are
@@ -63,7 +65,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 EVAL_LEVELS = 64
 #: Figures with one value per seed, kept as lists in seed order (``seeds`` is the key).
 PER_SEED_KEYS = (
-    "preset", "eval_success_before", "eval_success_after", "minutes", "minutes_budget", "steps", "completed",
+    "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
+    "steps", "completed",
     "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
     "output", "run_provenance", "config",
 )
@@ -102,10 +105,10 @@ _COMMON = (
 PRESETS: dict[str, Preset] = {
     "frozenlake": Preset(
         family="FrozenLake",
-        train_envs=(
-            {"name": "lake-2x2", "n_groups": 2, "options": {"size": 2, "max_turns": 4, "action_parser": "lenient"}},
-            {"name": "lake-3x3", "n_groups": 2, "options": {"size": 3, "max_turns": 7, "action_parser": "lenient"}},
-            {"name": "lake-4x4", "n_groups": 2, "options": {"size": 4, "max_turns": 10, "action_parser": "lenient"}},
+        train_envs=tuple(
+            {"name": f"lake-{size}x{size}", "n_groups": 2,
+             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
+            for size, turns in ((2, 4), (3, 7), (4, 10))
         ),
         eval_options={"max_turns": 10, "action_parser": "lenient"},
         overrides=(*_COMMON, "rollout.max_model_len=768", "optim.micro_batch_size=8"),
@@ -151,9 +154,9 @@ def preset_for(env_id: str, name: str | None) -> tuple[str, Preset]:
         family = env_name(env_id).split("-", 1)[0]
         matches = [key for key, preset in PRESETS.items() if preset.family == family]
         if not matches:
+            known = ", ".join(f"{key} ({preset.family})" for key, preset in PRESETS.items())
             raise InvalidOptionError(
-                f"No preset for the env family {family!r} of {env_id}; presets: "
-                f"{', '.join(f'{key} ({preset.family})' for key, preset in PRESETS.items())}. Pass --preset NAME."
+                f"No preset for the env family {family!r} of {env_id}; presets: {known}. Pass --preset NAME."
             )
         # Within a family, the preset made for the id's version (``...-v1``), else the first.
         version = env_name(env_id).rsplit("-", 1)[-1]
@@ -225,13 +228,14 @@ def check_compatible(document: dict[str, Any] | None, env_id: str, levels: dict[
     """Refuse to add a seed measured on other levels or eval options than the file's seeds."""
     if not document or not document.get("seeds"):
         return
-    theirs = (document.get("env_id"), document.get("eval_levels", {}).get("seeds"), document.get("eval_options"))
+    theirs = (document.get("env_id"), document.get("eval_levels", {}).get("seeds"),
+              document.get("eval_options"))
     if theirs != (env_id, levels["seeds"], eval_options):
         raise InvalidOptionError(
             f"The results file holds seeds {document['seeds']} of {theirs[0]} evaluated on "
             f"{len(theirs[1] or [])} levels with eval options {theirs[2]}; this run is {env_id} on "
-            f"{levels['count']} levels with {eval_options}. Seeds of one file must be comparable: use the same "
-            "eval options, or another --results-dir."
+            f"{levels['count']} levels with {eval_options}. Seeds of one file must be comparable: use the "
+            "same eval options, or another --results-dir."
         )
 
 
@@ -296,7 +300,8 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
     minutes = (time.perf_counter() - started) / 60
     load_end = os.getloadavg()
     output = Path(config.output)
-    records = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    lines = (output / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
     curve = None
     if summary.curve is not None:
         curve = results_dir / f"{result_name(env_id)}_seed{config.seed}.png"
@@ -307,6 +312,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "eval_success_before": summary.eval_before.get(label),
         "eval_success_after": summary.eval_after.get(label),
         "minutes": round(minutes, 2),
+        "train_minutes": _train_minutes(records),
         "minutes_budget": config.max_minutes,
         "steps": summary.step,
         "completed": summary.completed,
@@ -322,9 +328,16 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
     }
 
 
+def _train_minutes(records: list[dict[str, Any]]) -> float | None:
+    """Minutes from the end of the first evaluation to the last step: what ``max_minutes`` bounds."""
+    evals = [r["time"] for r in records if r["kind"] == "eval"]
+    steps = [r["time"] for r in records if r["kind"] == "train"]
+    return round((steps[-1] - evals[0]) / 60, 2) if evals and steps else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="llmgym/FrozenLake-v0", help="registered id to train and evaluate on")
+    parser.add_argument("--env", default="llmgym/FrozenLake-v0", help="registered id to train and evaluate")
     parser.add_argument("--seed", type=int, default=0, help="the training seed of this run")
     parser.add_argument("--minutes", type=float, default=50.0, help="wall-clock budget of training")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="recipe (default: the env family's)")

@@ -13,10 +13,10 @@ This module stays light: it imports gymnasium and numpy only.
 
 from __future__ import annotations
 
-from llmgym.core import CHARSET, Outcome, TextEnv
+from llmgym.core import CHARSET, EnvState, Outcome, TextEnv
 from llmgym.registration import env_ids, register_all
 
 __version__ = "0.1.0"
-__all__ = ["CHARSET", "Outcome", "TextEnv", "env_ids", "__version__"]
+__all__ = ["CHARSET", "EnvState", "Outcome", "TextEnv", "env_ids", "__version__"]
 
 register_all()

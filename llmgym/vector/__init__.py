@@ -24,6 +24,9 @@ Backends, one API (``backend=``):
 * ``"ray"``: ``num_workers`` Ray actors spread over a cluster's nodes, each owning a shard of
   the sub-envs (see :mod:`llmgym.vector.ray_backend`; ``RayEnvBackend(restart=True, ...)``
   in place of the name sets its options). Needs ``pip install ray``.
+* ``"jax"``: FrozenLake and Sokoban ids only (the ``jax`` extra): every sub-env's game
+  stepped in one compiled JAX call, text parsed and rendered around it, results equal to the
+  other backends' step for step (see :mod:`llmgym.jax.text_backend`).
 
 Gymnasium's own ``vectorization_mode="sync"`` and ``"async"`` work on every llmgym id too.
 """

@@ -38,7 +38,7 @@ from llmgym.vector.backends import (
 from llmgym.vector.infos import batch_infos
 from llmgym.vector.process import ProcessBackend, StartMethod
 
-BackendName = Literal["inline", "thread", "process", "ray"]
+BackendName = Literal["inline", "thread", "process", "ray", "jax"]
 BACKENDS: tuple[str, ...] = get_args(BackendName)
 START_METHODS: tuple[str, ...] = get_args(StartMethod)
 #: The options :func:`make_vector_env` keeps for itself; every other keyword goes to the env.
@@ -99,9 +99,10 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
     Args:
         env_fns: one factory per sub-env. For the process backend they must pickle (lambdas
             and closures do, through cloudpickle) and are called in the workers.
-        backend: ``"inline"``, ``"thread"``, ``"process"`` or ``"ray"`` (see :mod:`llmgym.vector`);
-            ``"ray"`` is :class:`~llmgym.vector.ray_backend.RayEnvBackend` with its defaults, and
-            an instance of it sets its options.
+        backend: ``"inline"``, ``"thread"``, ``"process"``, ``"ray"`` or ``"jax"`` (FrozenLake and
+            Sokoban ids; see :mod:`llmgym.vector`); ``"ray"`` is
+            :class:`~llmgym.vector.ray_backend.RayEnvBackend` with its defaults, and an instance of
+            it (or any backend object with ``start``) sets its options.
         num_workers: threads or worker processes. Default: ``min(num_envs, 32)`` threads, or
             one process per CPU core (at most ``num_envs``).
         step_timeout: seconds one sub-env's ``step``/``reset``/``call`` may take (process
@@ -131,6 +132,10 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
             from llmgym.vector.ray_backend import RayEnvBackend
 
             backend = RayEnvBackend()  # type: ignore[assignment]
+        elif backend == "jax":  # FrozenLake and Sokoban stepped in JAX; needs the jax extra
+            from llmgym.jax.text_backend import JaxEnvBackend
+
+            backend = JaxEnvBackend()  # type: ignore[assignment]
         if callable(getattr(backend, "start", None)):  # a backend spec such as ray_backend.RayEnvBackend
             self.backend_name = backend.name  # type: ignore[attr-defined]
             self._backend = backend.start(env_fns, num_workers, step_timeout, self._describe)  # type: ignore[attr-defined]

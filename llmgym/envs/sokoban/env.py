@@ -161,13 +161,13 @@ class SokobanEnv(TextEnv):
         return f"Push every box onto a target.\n{self._observe()}", info
 
     def _apply(self, action: str) -> Outcome:
-        steps = self._read_moves(action)
-        if isinstance(steps, str):
-            feedback = f"Invalid action: {steps} State unchanged.\n{self._observe()}"
-            return Outcome(feedback, valid=False, effective=False)
+        moves = read_moves(action, self.max_actions_per_turn)
+        if isinstance(moves, str):
+            return Outcome(f"{moves}\n{self._observe()}", valid=False, effective=False)
         reward = 0.0
         effective = False
         feedback = []
+        steps = [(ACTIONS[move], self._offsets[move]) for move in moves]
         for name, step in steps:
             move_reward, message, moved = self._move(step)
             reward += move_reward
@@ -175,7 +175,7 @@ class SokobanEnv(TextEnv):
             feedback.append(f"{name}: {message}" if len(steps) > 1 else message)
             if not self._boxes_off_target:
                 reward += SOLVED_BONUS
-                feedback.append("Every box is on a target: solved!")
+                feedback.append(SOLVED)
                 break
         solved = not self._boxes_off_target
         observation = f"{' '.join(feedback)}\n{self._observe()}"
@@ -263,19 +263,6 @@ class SokobanEnv(TextEnv):
             self._solver = Solver(self._maze)
         return self._solver
 
-    def _read_moves(self, action: str) -> list[tuple[str, int]] | str:
-        """The (name, cell step) of each move in ``action``, or why the turn is invalid."""
-        names = action.split("||") if "||" in action else (action,)
-        if len(names) > self.max_actions_per_turn:
-            return f"at most {self.max_actions_per_turn} action(s) per turn, got {len(names)}."
-        moves = []
-        for name in names:
-            index = _NAME_INDEX.get(name.strip().lower())
-            if index is None:
-                return f"{name.strip()[:40]!r} is not an action; use Up, Down, Left or Right."
-            moves.append((ACTIONS[index], self._offsets[index]))
-        return moves
-
     def _move(self, step: int) -> tuple[float, str, bool]:
         """Play one move; return its reward, feedback, and whether anything moved."""
         player, has_box = self._player, self._has_box
@@ -313,6 +300,7 @@ class SokobanEnv(TextEnv):
 
 _COORDINATES = " Rows are numbered from 1 at the top, columns from 1 at the left."
 _MOVED = "You moved."
+SOLVED = "Every box is on a target: solved!"
 _BLOCKED_BY_WALL = "You walked into a wall: state unchanged."
 _BLOCKED_BOX = "The box cannot move there (wall or box behind it): state unchanged."
 _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
@@ -320,6 +308,26 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
     1: "You pushed a box onto a target.",
     -1: "You pushed a box off a target.",
 }
+
+
+def read_moves(action: str, max_actions_per_turn: int) -> list[int] | str:
+    """The :data:`ACTIONS` index of each move of a parsed action, or the feedback line of an invalid turn."""
+    names = action.split("||") if "||" in action else (action,)
+    if len(names) > max_actions_per_turn:
+        return (
+            f"Invalid action: at most {max_actions_per_turn} action(s) per turn, got {len(names)}. "
+            "State unchanged."
+        )
+    moves = []
+    for name in names:
+        index = _NAME_INDEX.get(name.strip().lower())
+        if index is None:
+            return (
+                f"Invalid action: {name.strip()[:40]!r} is not an action; use Up, Down, Left or Right. "
+                "State unchanged."
+            )
+        moves.append(index)
+    return moves
 
 
 @functools.cache

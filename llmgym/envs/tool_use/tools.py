@@ -11,12 +11,11 @@ thread-pool vector env overlaps calls.
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from llmgym.envs.tool_use.calculator import Calculator, CalculatorError
-from llmgym.envs.tool_use.sandbox import PythonSandbox, SandboxConfig
+from llmgym.envs.tool_use.sandbox import Isolation, PythonSandbox, SandboxConfig
 from llmgym.envs.tool_use.search import BM25Index, default_index
 
 _JSON_TYPES = {"string": str, "integer": int}
@@ -38,7 +37,7 @@ class Tool:
     """
 
     name: ClassVar[str]
-    description: ClassVar[str]
+    description: str
     parameters: ClassVar[dict[str, Any]]
 
     def run(self, arguments: dict[str, Any]) -> ToolOutput:
@@ -88,32 +87,25 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
 
 
 class PythonTool(Tool):
-    """Run Python code in the sandbox; returns what it prints."""
+    """Run Python code in the sandbox; returns what it prints.
+
+    Building the tool builds its sandbox, which checks that isolation holds here and raises
+    :class:`~llmgym.error.SandboxUnavailable` where it does not (unless the config says
+    ``isolation="none"``). The description the model reads claims only what holds.
+    """
 
     name = "python"
-    description = ("Run Python 3 code in a fresh sandbox with no network and no files from before, and "
-                   "return what it prints (stdout, then stderr). Use print() to see results. CPU time, "
-                   "memory and output are limited.")
     parameters = {"type": "object",
                   "properties": {"code": {"type": "string", "description": "The Python code."}},
                   "required": ["code"]}
 
     def __init__(self, sandbox: PythonSandbox | None = None, config: SandboxConfig | None = None) -> None:
-        self._sandbox = sandbox
-        self._config = config
-        self._lock = threading.Lock()
+        self.sandbox = sandbox if sandbox is not None else PythonSandbox(config)
+        self.description = python_description(self.sandbox.isolation())
 
-    @property
-    def sandbox(self) -> PythonSandbox:
-        """The sandbox, built at first use.
-
-        Building one probes the machine; envs that never run code (search or calculator
-        tasks) need not pay for that.
-        """
-        with self._lock:
-            if self._sandbox is None:
-                self._sandbox = PythonSandbox(self._config)
-            return self._sandbox
+    def close(self) -> None:
+        """End the sandbox's spare processes."""
+        self.sandbox.close()
 
     def _call(self, arguments: dict[str, Any]) -> ToolOutput:
         result = self.sandbox.run(arguments["code"])
@@ -123,6 +115,14 @@ class PythonTool(Tool):
         if result.error is not None:
             content += ("\n" if content and not content.endswith("\n") else "") + f"[{result.error}]"
         return ToolOutput(content or "(no output; use print() to see values)", error=not result.ok)
+
+
+def python_description(isolation: Isolation) -> str:
+    """What the model is told about the python tool: isolation claims only where they hold."""
+    where = ("in a fresh sandbox with no network and no files from before" if isolation.level == "full"
+             else "in a fresh process")
+    return (f"Run Python 3 code (standard library only) {where}, and return what it prints (stdout, then "
+            "stderr). Use print() to see results. CPU time, memory and output are limited.")
 
 
 class CalculatorTool(Tool):
