@@ -363,7 +363,8 @@ def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
     pool = jax.tree.map(jnp.asarray, encode(core, levels_from_seeds(config.env_id, range(config.pool_size),
                                                                      **config.env_options)))
     seeds = range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + config.validation_levels)
-    validation = jax.tree.map(jnp.asarray, core.encode_levels(levels_from_seeds(config.env_id, seeds)))
+    validation = jax.tree.map(jnp.asarray, core.encode_levels(levels_from_seeds(config.env_id, seeds,
+                                                                                **config.env_options)))
     levels_seconds = time.monotonic() - start
     log(f"{config.pool_size} training and {config.validation_levels} validation levels in {levels_seconds:.1f}s")
 

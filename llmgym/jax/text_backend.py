@@ -205,6 +205,7 @@ class JaxTextBackend:
                 "action_is_effective": bool(result.effective[index]),
                 "parsed_action": None if event == EVENT_OVER else parsed,
                 "turn": int(turns[index]),
+                "state_key": board,  # the text envs' key: the board as observed, feedback aside
             }
             results[slot] = (observation, float(self._rewards[event]), terminated, truncated, info)
             if op.kind == "step_reset" and (terminated or truncated):

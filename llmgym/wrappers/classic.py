@@ -73,14 +73,23 @@ def board_shape(env: gym.Env[Any, Any], spec: BoardSpec) -> tuple[int, int]:
     return int(height), int(width)
 
 
+#: How the v1 ids' coordinates line under the board begins.
+COORDINATES_LINE = "You are at row"
+
+
 def encode_board(board: str, symbols: str, shape: tuple[int, int]) -> np.ndarray:
     """One-hot ``(height, width, len(symbols))`` float32 array of ``board`` (rows as lines).
 
     The board is the last ``height`` lines of the text, so a leading feedback line is
-    ignored. Shorter rows (XSB drops trailing floor) are padded with all-zero cells.
+    ignored, as is a trailing line that is not a row (the v1 ids' coordinates). Cells may be
+    separated by spaces (the v1 ids' ``grid="spaced"``). Shorter rows (XSB drops trailing
+    floor) are padded with all-zero cells.
     """
     height, width = shape
-    lines = board.split("\n")[-height:]
+    lines = board.split("\n")
+    if lines and lines[-1].startswith(COORDINATES_LINE):
+        lines.pop()
+    lines = [line.replace(" ", "") for line in lines[-height:]]
     if len(lines) > height or any(len(line) > width for line in lines):
         raise LevelFormatError(f"Expected a board of at most {height}x{width} cells, got:\n{board}")
     grid = np.zeros((height, width, len(symbols)), dtype=np.float32)
