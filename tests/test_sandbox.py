@@ -653,13 +653,19 @@ def test_leased_uids_never_collide_across_processes(sandbox):
         assert sandbox.isolation().per_call_uid is False  # no uid change below root: nothing to lease
         return
     held = [lease_uid() for _ in range(8)]
-    script = ("from llmgym.envs.tool_use.isolation import lease_uid\n"
+    # Each child holds its leases until both have reported: a child that exits early frees its
+    # uids, and the other may then lease them again, rightly.
+    script = ("import sys\n"
+              "from llmgym.envs.tool_use.isolation import lease_uid\n"
               "leases = [lease_uid() for _ in range(64)]\n"
-              "print(' '.join(str(lease.uid) for lease in leases))")
+              "print(' '.join(str(lease.uid) for lease in leases), flush=True)\n"
+              "sys.stdin.read()")
     try:
-        others = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                                   env=_child_environment()) for _ in range(2)]
-        theirs = [[int(uid) for uid in other.communicate(timeout=600)[0].split()] for other in others]
+        others = [subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True, env=_child_environment()) for _ in range(2)]
+        theirs = [[int(uid) for uid in other.stdout.readline().split()] for other in others]
+        for other in others:
+            other.communicate(timeout=600)
     finally:
         for lease in held:
             lease.release()
