@@ -37,7 +37,7 @@ from llmgym.jax.ppo import PpoConfig, TrainResult, make_evaluate, save_checkpoin
 PRESETS: dict[str, PpoConfig] = {
     "llmgym/FrozenLake-8x8-v0": PpoConfig(
         env_id="llmgym/FrozenLake-8x8-v0", network="egocentric", view_radius=3, hidden=64, num_envs=512, num_steps=32,
-        num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=200_000,
+        num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=50_000,
     ),
     "llmgym/Sokoban-v0": PpoConfig(
         env_id="llmgym/Sokoban-v0", network="egocentric", view_radius=3, hidden=64, num_envs=512, num_steps=32,
