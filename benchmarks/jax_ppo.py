@@ -40,8 +40,9 @@ PRESETS: dict[str, PpoConfig] = {
         num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=50_000,
     ),
     "llmgym/Sokoban-v0": PpoConfig(
-        env_id="llmgym/Sokoban-v0", network="egocentric", view_radius=3, hidden=64, num_envs=512, num_steps=32,
-        num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=100_000,
+        env_id="llmgym/Sokoban-v0", network="egocentric", view_radius=3, hidden=128, num_envs=512, num_steps=32,
+        num_minibatches=4, update_epochs=3, learning_rate=5e-4, total_steps=40_000_000, pool_size=100_000,
+        train_max_turns=40,
     ),
 }
 
