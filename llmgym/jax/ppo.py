@@ -369,7 +369,8 @@ def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
     pool = jax.tree.map(jnp.asarray, encode(core, levels_from_seeds(config.env_id, range(config.pool_size),
                                                                      **config.env_options)))
     seeds = range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + config.validation_levels)
-    validation = jax.tree.map(jnp.asarray, core.encode_levels(levels_from_seeds(config.env_id, seeds)))
+    validation = jax.tree.map(jnp.asarray, core.encode_levels(levels_from_seeds(config.env_id, seeds,
+                                                                                **config.env_options)))
     levels_seconds = time.monotonic() - start
     log(f"{config.pool_size} training and {config.validation_levels} validation levels in {levels_seconds:.1f}s")
 
@@ -380,9 +381,9 @@ def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
     )
     key, init_key, env_key = jax.random.split(key, 3)
     params = init_network(config, board_of(core), len(core.action_names), init_key)
+    training_core = core if config.train_max_turns is None else replace(core, max_turns=config.train_max_turns)
     env_state = reset_batch(training_core, pool, env_key, config.num_envs)
     runner = Runner(params, optimizer.init(params), env_state, observe_batch(training_core, env_state), key)
-    training_core = core if config.train_max_turns is None else replace(core, max_turns=config.train_max_turns)
     update = jax.jit(make_update(config, training_core, optimizer))
     evaluate = make_evaluate(config, core, core.max_turns or _UNLIMITED_TURNS)
 
