@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from benchmarks.common import RESULTS_DIR, write_result
+from benchmarks.common import RESULTS_DIR, provenance, write_result
 from llmgym.jax.cores import eval_levels, make_core
 from llmgym.jax.ppo import PpoConfig, TrainResult, make_evaluate, save_checkpoint, train
 
@@ -37,11 +37,12 @@ from llmgym.jax.ppo import PpoConfig, TrainResult, make_evaluate, save_checkpoin
 PRESETS: dict[str, PpoConfig] = {
     "llmgym/FrozenLake-8x8-v0": PpoConfig(
         env_id="llmgym/FrozenLake-8x8-v0", network="egocentric", view_radius=3, hidden=64, num_envs=512, num_steps=32,
-        num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=200_000,
+        num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=50_000,
     ),
     "llmgym/Sokoban-v0": PpoConfig(
-        env_id="llmgym/Sokoban-v0", network="egocentric", view_radius=3, hidden=64, num_envs=512, num_steps=32,
-        num_minibatches=4, update_epochs=2, learning_rate=1e-3, total_steps=40_000_000, pool_size=100_000,
+        env_id="llmgym/Sokoban-v0", network="egocentric", view_radius=3, hidden=128, num_envs=512, num_steps=32,
+        num_minibatches=4, update_epochs=3, learning_rate=5e-4, total_steps=40_000_000, pool_size=100_000,
+        train_max_turns=40,
     ),
 }
 
@@ -85,11 +86,13 @@ def run(env_id: str, minutes: float, overrides: dict[str, Any]) -> dict[str, Any
     config = replace(PRESETS[env_id], time_budget=60 * minutes, **overrides)
     name = env_id.split("/", 1)[-1]
     load_before = os.getloadavg()
+    started = provenance()  # the code that trains; write_result records the commit at the end too
     result = train(config)
     load_after = os.getloadavg()
     folder = save_checkpoint(result, RESULTS_DIR / "jax_ppo" / name)
     figures = {
         "env_id": env_id,
+        "provenance_at_start": started,
         "config": asdict(config),
         "checkpoint": str(folder.relative_to(RESULTS_DIR.parent.parent)),
         "act": result.act,

@@ -61,7 +61,10 @@ class PpoConfig:
 
     Attributes:
         env_id: a FrozenLake or Sokoban id.
-        env_options: options of the text env (e.g. ``max_turns``); the eval plays the defaults.
+        env_options: options of the text env (e.g. ``size``), for training and validation alike.
+        train_max_turns: turn limit of training episodes (``None``: the env's own). Validation
+            plays the env's own limit, as the eval does. A shorter limit stops spending samples
+            on episodes already lost (a Sokoban box in a corner), and truncations are bootstrapped.
         total_steps: env steps to train for (all envs together); sets the step-size schedule.
         time_budget: stop after the update that crosses this many seconds (``None``: no limit),
             counted from the start of :func:`train` (level generation and compiling included).
@@ -88,6 +91,7 @@ class PpoConfig:
 
     env_id: str = "llmgym/FrozenLake-8x8-v0"
     env_options: dict[str, Any] = field(default_factory=dict)
+    train_max_turns: int | None = None
     total_steps: int = 10_000_000
     time_budget: float | None = None
     num_envs: int = 512
@@ -122,6 +126,8 @@ class PpoConfig:
                 f"pool_size must be between 1 and {VALIDATION_SEED_BASE - 1} (validation seeds start there), "
                 f"got {self.pool_size}."
             )
+        if self.train_max_turns is not None and self.train_max_turns < 1:
+            raise InvalidOptionError(f"train_max_turns must be >= 1 or None, got {self.train_max_turns}.")
         for name in ("total_steps", "num_envs", "num_steps", "update_epochs", "validation_levels", "eval_every",
                      "view_radius", "hidden"):
             if getattr(self, name) < 1:
@@ -375,9 +381,10 @@ def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
     )
     key, init_key, env_key = jax.random.split(key, 3)
     params = init_network(config, board_of(core), len(core.action_names), init_key)
-    env_state = reset_batch(core, pool, env_key, config.num_envs)
-    runner = Runner(params, optimizer.init(params), env_state, observe_batch(core, env_state), key)
-    update = jax.jit(make_update(config, core, optimizer))
+    training_core = core if config.train_max_turns is None else replace(core, max_turns=config.train_max_turns)
+    env_state = reset_batch(training_core, pool, env_key, config.num_envs)
+    runner = Runner(params, optimizer.init(params), env_state, observe_batch(training_core, env_state), key)
+    update = jax.jit(make_update(config, training_core, optimizer))
     evaluate = make_evaluate(config, core, core.max_turns or _UNLIMITED_TURNS)
 
     curve: list[dict[str, float]] = []
