@@ -42,9 +42,15 @@ class ChatTokens:
         end_of_turn_ids: token ids the model ends its turn with (default: the tokenizer's
             ``eos_token_id``). A completion that ends with one of them gets only the rest of
             the template's assistant suffix appended; one cut at ``max_tokens`` gets all of it.
+        response_prefix: text every assistant turn starts with, written after the generation
+            prompt as part of the prompt (so never trained), e.g. ``"<answer>"``: the model
+            then only completes the answer. The env reads prefix + completion
+            (:meth:`action_text`), and the conversation's assistant messages hold the same.
     """
 
-    def __init__(self, tokenizer: Any, end_of_turn_ids: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, end_of_turn_ids: Sequence[int] | None = None, response_prefix: str = ""
+    ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError(
                 f"Tokenizer {type(tokenizer).__name__} has no chat_template; expected an instruct/chat "
@@ -52,6 +58,7 @@ class ChatTokens:
                 "templating docs) or use an instruct model."
             )
         self.tokenizer = tokenizer
+        self.response_prefix = ""  # the template is checked bare; the prefix is plain text after it
         if end_of_turn_ids is None:
             if tokenizer.eos_token_id is None:
                 raise ChatTemplateError("The tokenizer has no eos_token_id; pass end_of_turn_ids explicitly.")
@@ -61,11 +68,13 @@ class ChatTokens:
         self._supports_system = self._renders_system_role()
         self._assistant_suffix = self._find_assistant_suffix()
         self._validate()
+        self.response_prefix = response_prefix
 
     # ------------------------------------------------------------------ public API
     def prompt(self, first_observation: str, system_prompt: str | None = None) -> list[int]:
-        """Tokens of the system prompt + first user turn + generation prompt."""
-        return self.encode(self.render(self.messages(first_observation, system_prompt), add_generation_prompt=True))
+        """Tokens of the system prompt + first user turn + generation prompt (+ the response prefix)."""
+        rendered = self.render(self.messages(first_observation, system_prompt), add_generation_prompt=True)
+        return self.encode(rendered + self.response_prefix)
 
     def observation(self, text: str, after_token: int | None) -> list[int]:
         """Tokens to append after a generated turn so the model sees ``text`` as the next user turn.
@@ -80,11 +89,15 @@ class ChatTokens:
             position = suffix.find(eos_text)
             if position != -1:
                 suffix = suffix[position + len(eos_text) :]
-        return self.encode(suffix + self._user_turn_text(text))
+        return self.encode(suffix + self._user_turn_text(text) + self.response_prefix)
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        """The text of a completion as the env sees it (special tokens dropped)."""
+        """The text of generated tokens (special tokens dropped)."""
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def action_text(self, token_ids: Sequence[int]) -> str:
+        """A turn's text as the env reads it and the conversation records it: response prefix + completion."""
+        return self.response_prefix + self.decode(token_ids)
 
     def encode(self, text: str) -> list[int]:
         """Tokenize rendered template text (special tokens in the text are parsed, none added)."""

@@ -159,6 +159,9 @@ class RolloutConfig:
     max_turns: int = 0
     #: Turn layout: previous turns kept before the trained one (-1 keeps all).
     history_turns: int = -1
+    #: Text every assistant turn starts with, given as part of the prompt (never trained), e.g.
+    #: ``<answer>``: the model then completes only the answer. The env reads prefix + completion.
+    response_prefix: str = ""
 
     def __post_init__(self) -> None:
         _check_choice("rollout", "backend", self.backend, Backend)

@@ -109,7 +109,7 @@ class Trainer:
         self.policy = Policy.load(
             self.model_folder, config.model_options, with_value=config.algo == "ppo", with_reference=loss.kl_coef > 0
         )
-        self.chat = ChatTokens(self.policy.tokenizer)
+        self.chat = ChatTokens(self.policy.tokenizer, response_prefix=config.rollout.response_prefix)
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )

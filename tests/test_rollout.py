@@ -169,6 +169,39 @@ def test_markov_agent_gives_each_turn_a_fresh_context(tiny_setup: tuple[HfGenera
         make_samples(result.trajectories, "sequence")
 
 
+@pytest.mark.parametrize("agent", ["chain", "markov"])
+def test_response_prefix_is_prompt_not_trained_and_the_env_reads_it(
+    tiny_setup: tuple[HfGenerator, ChatTokens], agent: str
+) -> None:
+    import gymnasium as gym
+
+    generator, _ = tiny_setup
+    chat = ChatTokens(generator.tokenizer, response_prefix="<answer>")
+    prefix = chat.encode("<answer>")
+    episodes = group_episodes([EnvMix("llmgym/FrozenLake-v1", n_groups=4)], 2, seed=4)
+    result = rollout(generator, chat, episodes, agent=agent, config=config(max_turns=4, max_tokens=6))
+    for trajectory in result.trajectories:
+        trajectory.check()
+        env = gym.make(trajectory.env_id)
+        env.reset(seed=trajectory.seed)
+        for turn in trajectory.turns:
+            # The prefix sits right before the generated tokens, outside the loss mask.
+            assert trajectory.token_ids[turn.start - len(prefix) : turn.start] == prefix
+            assert not any(trajectory.loss_mask[turn.start - len(prefix) : turn.start])
+            assert all(trajectory.loss_mask[turn.start : turn.end])
+            # The env got prefix + completion: replaying that text gives the recorded reward.
+            action = chat.action_text(trajectory.token_ids[turn.start : turn.end])
+            assert action.startswith("<answer>")
+            assert env.step(action)[1] == turn.reward
+        replies = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]
+        assert len(replies) == len(trajectory.turns) and all(r.startswith("<answer>") for r in replies)
+    if agent == "chain":  # one growing conversation: its rendering is the trained sequence
+        checked = [t for t in result.trajectories if is_canonical(chat, t)]
+        assert checked, "no trajectory to check"
+        for trajectory in checked:
+            assert_matches_rendering(chat, trajectory)
+
+
 def test_math_multi_turn_agent_retries_the_same_problem(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
     episodes = group_episodes([EnvMix("llmgym/Math-Easy-v0")], 2, seed=0)

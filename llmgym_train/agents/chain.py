@@ -31,7 +31,7 @@ class ChainAgent(Agent):
             return builder.build("context_overflow")
         while True:
             completion = await self.generate(builder, obs_queue, act_queue)
-            text = self.chat.decode(completion.token_ids)
+            text = self.chat.action_text(completion.token_ids)
             observation, reward, terminated, truncated, info = await env.step(text)
             builder.add_generation(completion, text, float(reward), info)
             if terminated or truncated:
@@ -102,7 +102,7 @@ class MathMultiTurnAgent(ChainAgent):
             return builder.build("context_overflow")
         while True:
             completion = await self.generate(builder, obs_queue, act_queue)
-            text = self.chat.decode(completion.token_ids)
+            text = self.chat.action_text(completion.token_ids)
             observation, reward, terminated, truncated, info = await env.step(text)
             attempt = len(builder.turns)
             if info.get("success", False):

@@ -130,7 +130,7 @@ class SelfPlayAgent(ChainAgent):
                 await self._stop(match)
                 break
             pending = await self.generate(builder, obs_queue, act_queue)
-            pending_text = self.chat.decode(pending.token_ids)
+            pending_text = self.chat.action_text(pending.token_ids)
             await self._step(match, pending_text)
         return builder.build(end_reason)
 
