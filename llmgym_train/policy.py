@@ -149,10 +149,30 @@ class Policy:
         else:
             wanted = positions[:, 1:].bool()
         if self._selective_head:
-            hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = self._decode(model.get_decoder(), input_ids, attention_mask)
             return hidden, model.get_output_embeddings()(hidden[:, :-1][wanted]), wanted
         outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         return outputs.hidden_states[-1], outputs.logits[:, :-1][wanted], wanted
+
+    def _decode(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The decoder's final hidden states ``(B, T, H)``; a prefix every row shares runs once.
+
+        Rows of a batch often begin with the same tokens (the system prompt and the chat
+        template's header: about half of each turn sample of a grid env). That prefix is run
+        once, its keys and values repeated over the batch, and only the rows' own tokens are
+        run against them: the same function of the weights (causal attention: a prefix never
+        sees what follows it), so logprobs and gradients are those of the full forward, up to
+        float rounding, at the cost of the unshared tokens only.
+        """
+        batch, width = input_ids.shape
+        shared = shared_prefix_length(input_ids, attention_mask)
+        if batch < 2 or shared < MIN_SHARED_PREFIX or getattr(decoder, "gradient_checkpointing", False):
+            return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        head = decoder(input_ids=input_ids[:1, :shared], use_cache=True)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(batch)
+        tail = decoder(input_ids=input_ids[:, shared:], attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail.last_hidden_state], dim=1)
 
     # ------------------------------------------------------------------ generator side
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -212,6 +232,23 @@ class Policy:
         else:
             self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
+
+
+#: Shortest prefix shared by all rows of a batch that :meth:`Policy._decode` runs once.
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Tokens every row begins with, inside every row's attention mask, leaving each row one token of its own.
+
+    Args:
+        input_ids: ``(B, T)`` right-padded.
+        attention_mask: ``(B, T)``.
+    """
+    same = ((input_ids == input_ids[:1]) & attention_mask.bool()).all(dim=0)  # (T,)
+    differs = (~same).nonzero()
+    length = int(differs[0]) if len(differs) else input_ids.shape[1]
+    return min(length, int(attention_mask.sum(dim=1).min()) - 1)
 
 
 def _place(picked: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:

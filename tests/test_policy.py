@@ -1,0 +1,74 @@
+"""The training forward pass: a prefix shared by a batch's rows runs once, with the same result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from llmgym_train import policy as policy_module
+from llmgym_train.policy import Policy, shared_prefix_length
+from llmgym_train.value import ValueHead
+
+
+def _batch(tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three right-padded rows sharing a 40-token prompt, then different replies of different lengths."""
+    shared = tokenizer.encode("You are a careful agent. Move P to G now.\n", add_special_tokens=False)
+    tails = ["Down, then right.", "Up!", "Left or right? Right."]
+    rows = [shared + tokenizer.encode(tail, add_special_tokens=False) for tail in tails]
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.tensor(row)
+        attention_mask[index, : len(row)] = 1
+        positions[index, len(shared) : len(row)] = 1  # the reply is what is trained
+    return input_ids, attention_mask, positions
+
+
+def test_shared_prefix_length_stops_at_the_first_difference_and_leaves_each_row_a_token() -> None:
+    ids = torch.tensor([[5, 6, 7, 8, 0], [5, 6, 7, 9, 9], [5, 6, 7, 8, 1]])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert shared_prefix_length(ids, mask) == 3
+    same = torch.tensor([[5, 6, 7], [5, 6, 7]])
+    assert shared_prefix_length(same, torch.ones_like(same)) == 2
+    # A row whose prompt is padding where the others have tokens shares nothing past its end.
+    short = torch.tensor([[5, 6, 0], [5, 6, 0]])
+    assert shared_prefix_length(short, torch.tensor([[1, 1, 0], [1, 1, 1]])) == 1
+
+
+@pytest.mark.parametrize("with_value", [False, True])
+def test_shared_prefix_forward_gives_the_full_forwards_logprobs_values_and_gradients(
+    random_tiny_model: Any, char_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, with_value: bool
+) -> None:
+    input_ids, attention_mask, positions = _batch(char_tokenizer)
+    assert shared_prefix_length(input_ids, attention_mask) >= policy_module.MIN_SHARED_PREFIX
+    head = ValueHead(random_tiny_model.config.hidden_size) if with_value else None
+    policy = Policy(random_tiny_model, char_tokenizer, head, with_reference=False)
+    policy.train()
+
+    def run() -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+        policy.model.zero_grad()
+        out = policy.score(input_ids, attention_mask, positions=positions, values=with_value, entropy=True)
+        loss = (out["logprobs"] * torch.linspace(-1, 2, out["logprobs"].shape[1])).sum()
+        if with_value:
+            loss = loss + (out["values"] * attention_mask).square().sum()
+        loss.backward()
+        return out, [p.grad.clone() for p in policy.trainable_parameters()]
+
+    calls: list[int] = []
+    original = policy.model.get_decoder().forward
+    monkeypatch.setattr(policy.model.get_decoder(), "forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+    shared, shared_grads = run()
+    assert len(calls) == 2  # the prefix once, then the rows' own tokens
+    monkeypatch.setattr(policy_module, "MIN_SHARED_PREFIX", 10**6)
+    calls.clear()
+    full, full_grads = run()
+    assert len(calls) == 1
+    for key in full:
+        torch.testing.assert_close(shared[key], full[key], rtol=1e-4, atol=1e-5)
+    assert full["logprobs"].abs().sum() > 0
+    for got, expected in zip(shared_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5)
