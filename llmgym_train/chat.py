@@ -95,6 +95,28 @@ class ChatTokens:
         """The text of generated tokens (special tokens dropped)."""
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
+    def choice_token_ids(self, choices: Sequence[str]) -> tuple[int, ...]:
+        """The one token each of ``choices`` is, written right after the response prefix.
+
+        Raises :class:`~llmgym.error.InvalidOptionError` when a choice is not exactly one token
+        there (a choice among actions samples a single token per turn) or two share a token.
+        """
+        before = self.encode(self.response_prefix) if self.response_prefix else []
+        ids: list[int] = []
+        for choice in choices:
+            tokens = self.encode(self.response_prefix + choice)
+            own = tokens[len(before) :] if tokens[: len(before)] == before else tokens
+            if len(own) != 1 or tokens[: len(before)] != before:
+                raise InvalidOptionError(
+                    f"rollout.choices: {choice!r} after the response prefix {self.response_prefix!r} is the tokens "
+                    f"{own}, expected exactly one token. Fix: choose replies that are single tokens for this "
+                    "tokenizer (e.g. the env's action names), or leave rollout.choices empty."
+                )
+            ids.append(own[0])
+        if len(set(ids)) != len(ids):
+            raise InvalidOptionError(f"rollout.choices {list(choices)} share tokens {ids}; each needs its own token.")
+        return tuple(ids)
+
     def action_text(self, token_ids: Sequence[int]) -> str:
         """A turn's text as the env reads it and the conversation records it: response prefix + completion."""
         return self.response_prefix + self.decode(token_ids)

@@ -162,6 +162,11 @@ class RolloutConfig:
     #: Text every assistant turn starts with, given as part of the prompt (never trained), e.g.
     #: ``<answer>``: the model then completes only the answer. The env reads prefix + completion.
     response_prefix: str = ""
+    #: A choice among actions (GLAM-style): each turn is one token drawn from the model's
+    #: distribution renormalized over these replies, e.g. ``[Left, Down, Right, Up]``; trained and
+    #: evaluated as that distribution. Each must be one token after ``response_prefix``; needs
+    #: ``max_new_tokens=1``. Empty: free generation.
+    choices: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _check_choice("rollout", "backend", self.backend, Backend)
@@ -173,6 +178,14 @@ class RolloutConfig:
         _check_range("rollout", "top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_range("rollout", "max_turns", self.max_turns, 0)
         _check_range("rollout", "history_turns", self.history_turns, -1)
+        if self.choices and self.max_new_tokens != 1:
+            raise InvalidOptionError(
+                f"rollout.choices makes each turn one token drawn from {list(self.choices)}, so "
+                f"rollout.max_new_tokens must be 1 (got {self.max_new_tokens}). Fix: set rollout.max_new_tokens=1, "
+                "or leave rollout.choices empty for free generation."
+            )
+        if len(set(self.choices)) != len(self.choices):
+            raise InvalidOptionError(f"rollout.choices must be distinct, got {list(self.choices)}.")
         from llmgym_train.agents import get_agent
 
         get_agent(self.agent)  # an unknown name fails here, with the registered names and a suggestion

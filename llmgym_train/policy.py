@@ -53,6 +53,9 @@ class Policy:
         self.tokenizer = tokenizer
         self.value_head = value_head
         self.is_lora = hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+        #: When set, the policy is the model's distribution renormalized over these tokens (a
+        #: choice among actions, see ``rollout.choices``): every generated token is one of them.
+        self.allowed_token_ids: torch.Tensor | None = None
         self.reference = None
         if with_reference and not self.is_lora:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -110,7 +113,8 @@ class Policy:
         """
         with self._autocast():
             hidden, logits, wanted = self._forward(self.model, input_ids, attention_mask, positions)
-            result = {"logprobs": _place(token_logprobs(logits, input_ids[:, 1:][wanted]), wanted)}  # (B, T)
+            logits, targets = self._restrict(logits, input_ids[:, 1:][wanted])
+            result = {"logprobs": _place(token_logprobs(logits, targets), wanted)}  # (B, T)
             if entropy:  # (B, T); with a gradient only when an entropy bonus is trained
                 with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                     result["entropy"] = _place(entropy_from_logits(logits), wanted)
@@ -131,7 +135,22 @@ class Policy:
             else:
                 assert self.reference is not None, "reference logprobs need with_reference=True"
                 _, logits, wanted = self._forward(self.reference, input_ids, attention_mask, positions)
-            return _place(token_logprobs(logits, input_ids[:, 1:][wanted]), wanted)
+            logits, targets = self._restrict(logits, input_ids[:, 1:][wanted])
+            return _place(token_logprobs(logits, targets), wanted)
+
+    def _restrict(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``(N, V)`` and targets ``(N,)`` over the allowed tokens only ``(N, K)``, ``(N,)`` (or unchanged)."""
+        allowed = self.allowed_token_ids
+        if allowed is None:
+            return logits, targets
+        matches = targets.unsqueeze(-1) == allowed.to(targets.device)  # (N, K)
+        if not bool(matches.any(dim=-1).all()):
+            stray = sorted(set(targets[~matches.any(dim=-1)].tolist()))
+            raise ValueError(
+                f"Generated tokens {stray[:8]} are not among the allowed choices {allowed.tolist()}: samples "
+                "scored under rollout.choices must come from a generator restricted to them."
+            )
+        return logits[:, allowed.to(logits.device)], matches.float().argmax(dim=-1)
 
     def _autocast(self) -> Any:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast is not None)

@@ -110,6 +110,10 @@ class Trainer:
             self.model_folder, config.model_options, with_value=config.algo == "ppo", with_reference=loss.kl_coef > 0
         )
         self.chat = ChatTokens(self.policy.tokenizer, response_prefix=config.rollout.response_prefix)
+        #: ``rollout.choices`` as token ids: generation draws from them and the policy is scored over them.
+        self.choice_ids = self.chat.choice_token_ids(config.rollout.choices)
+        if self.choice_ids:
+            self.policy.allowed_token_ids = torch.tensor(self.choice_ids)
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
@@ -257,7 +261,10 @@ class Trainer:
                     labels.append(spec.label)
                 group += 1
         rollout = self.config.rollout
-        sampling = SamplingSpec(max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p)
+        sampling = SamplingSpec(
+            max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
+            allowed_token_ids=self.choice_ids,
+        )
         sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
         trajectories, timing = self._play(starts, sampling, sampling_seed)
         return trajectories, {**_episode_metrics(trajectories, labels), **timing}
@@ -388,7 +395,8 @@ class Trainer:
                 starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
                 labels.append(spec.label)
         max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
-        trajectories, _ = self._play(starts, SamplingSpec(max_tokens=max_tokens, temperature=0.0), None)
+        sampling = SamplingSpec(max_tokens=max_tokens, temperature=0.0, allowed_token_ids=self.choice_ids)
+        trajectories, _ = self._play(starts, sampling, None)
         metrics = _episode_metrics(trajectories, labels)
         self.log.log(self.step, "eval", metrics)
         self.last_eval_step = self.step

@@ -120,3 +120,14 @@ def test_cli_rejects_an_unknown_env_or_agent_before_loading_a_model(
     assert main(["--model", missing, "--output", str(tmp_path / "run"), "rollout.agent=self_play"]) == 2
     assert "Did you mean 'self-play'" in capsys.readouterr().err
     assert not (tmp_path / "run").exists(), "nothing is written before the config holds"
+
+
+def test_choices_need_one_token_turns_and_distinct_replies() -> None:
+    from llmgym_train.config import load_config
+
+    config = load_config(None, ['rollout.choices=["Left","Down","Right","Up"]', "rollout.max_new_tokens=1"])
+    assert config.rollout.choices == ["Left", "Down", "Right", "Up"]
+    with pytest.raises(InvalidOptionError, match="max_new_tokens must be 1"):
+        load_config(None, ['rollout.choices=["Left","Down"]'])
+    with pytest.raises(InvalidOptionError, match="distinct"):
+        load_config(None, ['rollout.choices=["Left","Left"]', "rollout.max_new_tokens=1"])

@@ -72,3 +72,56 @@ def test_shared_prefix_forward_gives_the_full_forwards_logprobs_values_and_gradi
     assert full["logprobs"].abs().sum() > 0
     for got, expected in zip(shared_grads, full_grads, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5)
+
+
+def test_choice_policy_samples_only_the_choices_and_scores_them_as_the_generator_did(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
+    from llmgym_train.chat import ChatTokens
+    from llmgym_train.generation import SamplingSpec
+    from llmgym_train.generation.hf_backend import HfGenerator
+
+    chat = ChatTokens(char_tokenizer, response_prefix="<answer>")
+    allowed = chat.choice_token_ids(["L", "D", "R", "U"])
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
+    prompts = [chat.prompt(f"Board {index}: where to?", "Pick a move.") for index in range(12)]
+    specs = [SamplingSpec(max_tokens=1, temperature=1.0, seed=seed, allowed_token_ids=allowed) for seed in range(12)]
+    completions = generator.generate(prompts, specs)
+    assert all(len(c.token_ids) == 1 and c.token_ids[0] in allowed for c in completions)
+    assert len({c.token_ids[0] for c in completions}) > 1  # a distribution, not one forced token
+
+    # The trainer's score of each sampled token is the generator's: log-softmax over the choices.
+    policy = Policy(random_tiny_model, char_tokenizer, None, with_reference=False)
+    policy.allowed_token_ids = torch.tensor(allowed)
+    rows = [prompt + list(c.token_ids) for prompt, c in zip(prompts, completions, strict=True)]
+    width = max(map(len, rows))
+    input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    positions = torch.zeros_like(input_ids)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.tensor(row)
+        mask[index, : len(row)] = 1
+        positions[index, len(row) - 1] = 1
+    with torch.no_grad():
+        scored = policy.score(input_ids, mask, positions=positions, entropy=True)
+    got = scored["logprobs"][positions.bool()]
+    expected = torch.tensor([c.logprobs[0] for c in completions])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert bool((scored["entropy"][positions.bool()] <= torch.log(torch.tensor(4.0)) + 1e-5).all())
+    # Greedy picks the likeliest choice.
+    candidates = torch.tensor([prompts[0] + [token] for token in allowed])
+    last = torch.zeros_like(candidates)
+    last[:, -1] = 1
+    with torch.no_grad():
+        choice_logprobs = policy.score(candidates, torch.ones_like(candidates), positions=last)["logprobs"][:, -1]
+    torch.testing.assert_close(choice_logprobs.exp().sum(), torch.tensor(1.0))
+    greedy = generator.generate(prompts[:1], [SamplingSpec(max_tokens=1, temperature=0.0, allowed_token_ids=allowed)])
+    assert greedy[0].token_ids[0] == allowed[int(choice_logprobs.argmax())]
+
+
+def test_choices_that_are_not_one_token_are_refused_with_the_fix(char_tokenizer: Any) -> None:
+    from llmgym.error import InvalidOptionError
+    from llmgym_train.chat import ChatTokens
+
+    with pytest.raises(InvalidOptionError, match="expected exactly one token"):
+        ChatTokens(char_tokenizer).choice_token_ids(["Left", "Down"])

