@@ -208,7 +208,9 @@ class UpdateConfig:
     #: Most padded tokens per forward/backward pass (rows x the longest row of a micro-batch), on
     #: top of ``optim.micro_batch_size``: a step's activation memory is then bounded by this, not
     #: by how long episodes run; a longer episode goes alone. 0: only the sample count bounds it.
-    micro_batch_tokens: int = 4096
+    #: The default is one full default context (``rollout.max_model_len``); see
+    #: ``benchmarks/step_memory.py`` for what a step then peaks at.
+    micro_batch_tokens: int = 2048
 
     def __post_init__(self) -> None:
         _check_range("update", "micro_batch_tokens", self.micro_batch_tokens, 0)
