@@ -127,7 +127,11 @@ class StalenessController:
         self.running[ticket] = self.version
 
     def finish(self, ticket: int, oldest_version: int | None = None) -> None:
-        """Episode ``ticket`` ended; ``oldest_version``: the oldest version among its tokens (None: its start version)."""
+        """Episode ``ticket`` ended; ``oldest_version``: the oldest version among its tokens.
+
+        ``None`` (a generator that stamps no versions) takes the version it started under: no
+        token of it can be older, so the bound is checked conservatively.
+        """
         if ticket not in self.running:
             raise StalenessError(f"ticket {ticket} is not running (running: {sorted(self.running)[:8]}...).")
         started = self.running.pop(ticket)
