@@ -144,3 +144,33 @@ def with_advantages(
         advantages, returns = gae(batch.token_rewards, values, mask, gamma, lam)  # (B, T) each
         return replace(batch, advantages=masked_whiten(advantages, mask), returns=returns, old_values=values * mask)
     raise ValueError(f"algo must be 'grpo', 'ppo' or 'reinforce_pp', got {algo!r}.")
+
+
+def token_budget_groups(lengths: Sequence[int], budget: int, max_samples: int = 0) -> list[list[int]]:
+    """Consecutive runs of indices into ``lengths``, each fitting ``budget`` padded tokens: the micro-batches.
+
+    A micro-batch is right-padded to its longest sequence, so its activations cost
+    ``count * longest`` tokens; each run keeps that within ``budget``, and within
+    ``max_samples`` sequences when that is > 0. A sequence longer than ``budget`` makes a
+    micro-batch of its own. The order is kept: give the lengths longest first (as the update
+    does) and sequences of like length share a micro-batch, so little of it is padding.
+
+    Arguments:
+        lengths: each sample's length in tokens.
+        budget: most padded tokens per micro-batch; 0: no token bound.
+        max_samples: most sequences per micro-batch; 0: no count bound.
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index, length in enumerate(lengths):
+        wider = max(longest, int(length))
+        over_budget = budget > 0 and (len(current) + 1) * wider > budget
+        if current and (over_budget or (max_samples > 0 and len(current) >= max_samples)):
+            groups.append(current)
+            current, wider = [], int(length)
+        current.append(index)
+        longest = wider
+    if current:
+        groups.append(current)
+    return groups

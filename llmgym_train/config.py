@@ -218,6 +218,21 @@ class OptimConfig:
 
 
 @dataclass
+class UpdateConfig:
+    """How an update is cut into forward/backward passes for memory (the gradient does not depend on it)."""
+
+    #: Most padded tokens per forward/backward pass (rows x the longest row of a micro-batch), on
+    #: top of ``optim.micro_batch_size``: a step's activation memory is then bounded by this, not
+    #: by how long episodes run; a longer episode goes alone. 0: only the sample count bounds it.
+    #: The default is one full default context (``rollout.max_model_len``); see
+    #: ``benchmarks/step_memory.py`` for what a step then peaks at.
+    micro_batch_tokens: int = 2048
+
+    def __post_init__(self) -> None:
+        _check_range("update", "micro_batch_tokens", self.micro_batch_tokens, 0)
+
+
+@dataclass
 class LossConfig:
     """Advantage estimation and the loss."""
 
@@ -353,6 +368,8 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     #: Optimizer and update schedule.
     optim: OptimConfig = field(default_factory=OptimConfig)
+    #: How an update is cut for memory.
+    update: UpdateConfig = field(default_factory=UpdateConfig)
     #: Advantages, loss terms and sample filters.
     loss: LossConfig = field(default_factory=LossConfig)
     #: Greedy evaluation on the frozen eval sets.
@@ -587,9 +604,12 @@ def save_config(config: TrainConfig, path: str | Path) -> None:
 # ---------------------------------------------------------------------- resuming a run
 #: What a resumed run may change from its ``config.yaml``: how long it runs, how often it
 #: evaluates and saves, how it reports, and the machine's thread count. None of them changes
-#: what a step computes (``threads`` may change float rounding only), so a resumed run still
-#: reaches the uninterrupted run's state. ``output`` is the run folder itself.
-RESUMABLE_KEYS = ("steps", "max_minutes", "progress", "threads", "eval.every", "checkpoint_every", "output")
+#: what a step computes (``threads`` and ``update.micro_batch_tokens`` may change float rounding
+#: only), so a resumed run still reaches the uninterrupted run's state; a run that ran out of
+#: memory can resume with a smaller token budget. ``output`` is the run folder itself.
+RESUMABLE_KEYS = (
+    "steps", "max_minutes", "progress", "threads", "eval.every", "checkpoint_every", "output", "update.micro_batch_tokens",
+)
 #: The run folder's copy of its config.
 RUN_CONFIG_FILE = "config.yaml"
 

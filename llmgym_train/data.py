@@ -82,6 +82,10 @@ class Trajectory:
         fresh_contexts: each turn was generated from its own context, ``token_ids[turn.observation_start
             : turn.start]`` (the ``markov`` agent), not from everything before it; only the ``turn``
             sample layout reproduces what the model saw.
+        policy_versions: per token, the policy version that sampled it (``-1``,
+            :data:`~llmgym_train.staleness.NOT_SAMPLED`, on tokens the model did not generate);
+            ``None`` when the generator reported none (synchronous rollouts: every generated
+            token comes from the one version the rollout ran with).
     """
 
     token_ids: list[int]
@@ -98,6 +102,7 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, str]] = field(default_factory=list)
     fresh_contexts: bool = False
+    policy_versions: list[int] | None = None
 
     @property
     def turn_rewards(self) -> list[float]:
@@ -137,6 +142,7 @@ class Trajectory:
         """Assert the internal invariants (lengths, mask = turn spans); for tests and debugging."""
         length = len(self.token_ids)
         assert len(self.loss_mask) == length and len(self.behavior_logprobs) == length
+        assert self.policy_versions is None or len(self.policy_versions) == length
         expected = [0] * length
         for turn in self.turns:
             assert turn.observation_start <= turn.start <= turn.end <= length

@@ -329,7 +329,7 @@ class Trainer:
             )
         scored = score_batch(
             self.policy, batch, config.optim.micro_batch_size, values=config.algo == "ppo",
-            reference=loss.kl_coef > 0,
+            reference=loss.kl_coef > 0, max_tokens=config.update.micro_batch_tokens,
         )
         # The ratio's denominator is the trainer's own logprob of the sampled tokens: the
         # generator's numbers differ by its dtype and kernels, which would bias the clip.
@@ -359,7 +359,8 @@ class Trainer:
             for start in range(0, len(batch), size):
                 minibatch = batch.select(order[start : start + size])
                 stats = accumulate_gradients(
-                    self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo, divisor
+                    self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo, divisor,
+                    max_tokens=config.update.micro_batch_tokens,
                 )
                 norm = optimizer_step(self.policy, self.optimizer, config.optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
                 if norm is None:

@@ -14,15 +14,21 @@ from collections.abc import Iterator
 import torch
 
 from llmgym_train.algorithms import aggregate, clipped_surrogate, kl_divergence, value_loss
-from llmgym_train.batching import Batch
+from llmgym_train.batching import Batch, token_budget_groups
 from llmgym_train.config import LossConfig
 from llmgym_train.policy import Policy
 
 
-def micro_batches(batch: Batch, size: int) -> Iterator[Batch]:
-    """``batch`` in consecutive chunks of at most ``size`` samples."""
-    for start in range(0, len(batch), size):
-        yield batch.select(torch.arange(start, min(start + size, len(batch))))
+def micro_batches(batch: Batch, size: int, max_tokens: int = 0) -> Iterator[Batch]:
+    """``batch`` in consecutive chunks of at most ``size`` samples and ``max_tokens`` padded tokens (0: no token bound).
+
+    See :func:`~llmgym_train.batching.token_budget_groups`: a chunk's rows times its longest
+    row stays within ``max_tokens``, so a step's activation memory is bounded by the budget,
+    not by how long episodes run.
+    """
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    for rows in token_budget_groups(lengths, max_tokens, size):
+        yield batch.select(torch.tensor(rows, dtype=torch.long))
 
 
 def by_length(batch: Batch) -> torch.Tensor:
@@ -38,12 +44,14 @@ def normalizer(batch: Batch, aggregation: str) -> float:
 
 
 @torch.no_grad()
-def score_batch(policy: Policy, batch: Batch, micro_batch_size: int, *, values: bool, reference: bool) -> dict[str, torch.Tensor]:
+def score_batch(
+    policy: Policy, batch: Batch, micro_batch_size: int, *, values: bool, reference: bool, max_tokens: int = 0
+) -> dict[str, torch.Tensor]:
     """Logprobs (and values, reference logprobs) of every sample under the current weights, ``(B, T)``."""
     width = batch.input_ids.shape[1]
     order = by_length(batch)
     pieces: dict[str, list[torch.Tensor]] = {"logprobs": [], "values": [], "ref_logprobs": []}
-    for micro in micro_batches(batch.select(order), micro_batch_size):
+    for micro in micro_batches(batch.select(order), micro_batch_size, max_tokens):
         scored = policy.score(micro.input_ids, micro.attention_mask, positions=micro.loss_mask, values=values)
         pad = width - micro.input_ids.shape[1]
         pieces["logprobs"].append(torch.nn.functional.pad(scored["logprobs"].float(), (0, pad)))
@@ -96,9 +104,9 @@ def micro_batch_loss(
 
 def accumulate_gradients(
     policy: Policy, minibatch: Batch, micro_batch_size: int, loss: LossConfig, algo: str,
-    divisor: float | None = None,
+    divisor: float | None = None, max_tokens: int = 0,
 ) -> dict[str, float]:
-    """Backward the minibatch's loss in micro-batches; gradients add up in ``.grad``.
+    """Backward the minibatch's loss in micro-batches (``micro_batch_size`` samples, ``max_tokens`` padded tokens); gradients add up in ``.grad``.
 
     Returns summed stats (each already weighted by its share of the minibatch) and ``loss``;
     a non-finite loss is reported as ``loss = nan`` and stops the accumulation early.
@@ -109,7 +117,7 @@ def accumulate_gradients(
     totals: dict[str, float] = {}
     # The split does not change the gradient (see the module docstring), so cut it where
     # lengths are alike: right padding costs as much compute as real tokens.
-    for micro in micro_batches(minibatch.select(by_length(minibatch)), micro_batch_size):
+    for micro in micro_batches(minibatch.select(by_length(minibatch)), micro_batch_size, max_tokens):
         micro_loss, stats = micro_batch_loss(policy, micro, loss, algo, divisor)
         if not torch.isfinite(micro_loss):
             return {"loss": math.nan}

@@ -55,10 +55,12 @@ def _batch(policy: Policy, size: int = 8) -> Batch:
     )
 
 
-def _gradients(policy: Policy, batch: Batch, micro_batch_size: int, loss: LossConfig, algo: str) -> torch.Tensor:
+def _gradients(
+    policy: Policy, batch: Batch, micro_batch_size: int, loss: LossConfig, algo: str, max_tokens: int = 0
+) -> torch.Tensor:
     for parameter in policy.trainable_parameters():
         parameter.grad = None
-    stats = accumulate_gradients(policy, batch, micro_batch_size, loss, algo)
+    stats = accumulate_gradients(policy, batch, micro_batch_size, loss, algo, max_tokens=max_tokens)
     assert stats["loss"] == stats["loss"], "loss must be finite"
     return torch.cat([p.grad.flatten() for p in policy.trainable_parameters() if p.grad is not None])
 

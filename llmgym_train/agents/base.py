@@ -24,6 +24,7 @@ from llmgym.vector.backends import BackendFailure, Failure, Op
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import EndReason, Trajectory, Turn
 from llmgym_train.generation.base import Completion, SamplingSpec
+from llmgym_train.staleness import per_token_versions
 
 _Result = TypeVar("_Result")
 
@@ -206,6 +207,8 @@ class TrajectoryBuilder:
         self.success = False
         #: Generation requests made so far (seeds each request differently, retries included).
         self.requests = 0
+        #: ``(start, versions)`` of each turn whose completion carried policy versions.
+        self.version_spans: list[tuple[int, tuple[int, ...]]] = []
 
     def context(self) -> list[int]:
         """The tokens the model sees for the next turn."""
@@ -228,6 +231,13 @@ class TrajectoryBuilder:
         """Append a turn's generated tokens (as sampled, decoded as ``text``) with the env's verdict on them."""
         self.messages.append({"role": "assistant", "content": text})
         begin = len(self.token_ids)
+        if self.turns and (completion.policy_versions is not None) != bool(self.version_spans):
+            raise ValueError(
+                "Either every completion of an episode carries policy_versions or none does; got a mix. "
+                "A generator that stamps versions must stamp every completion."
+            )
+        if completion.policy_versions is not None:
+            self.version_spans.append((begin, completion.policy_versions))
         self.token_ids += completion.token_ids
         self.loss_mask += [1] * len(completion.token_ids)
         self.logprobs += completion.logprobs
@@ -269,6 +279,7 @@ class TrajectoryBuilder:
             info=self.info,
             messages=self.messages,
             fresh_contexts=self.fresh_contexts,
+            policy_versions=per_token_versions(len(self.token_ids), self.version_spans) if self.version_spans else None,
         )
 
 

@@ -1,4 +1,4 @@
-"""Pure tensor functions of the RL algorithms: advantages, losses and sample filters.
+"""Pure tensor functions of the RL algorithms: advantages, losses, off-policy corrections and sample filters.
 
 Nothing here touches models, envs or the optimizer; :mod:`llmgym_train.trainer` wires them.
 """
@@ -22,21 +22,34 @@ from llmgym_train.algorithms.losses import (
     KLEstimator,
     LossAggregation,
     aggregate,
+    clip_stats,
     clipped_surrogate,
+    clipped_token_losses,
     entropy_from_logits,
     kl_divergence,
     token_logprobs,
     value_loss,
 )
+from llmgym_train.algorithms.off_policy import (
+    IMPORTANCE_LEVELS,
+    ImportanceLevel,
+    decoupled_surrogate,
+    truncated_importance_weights,
+)
 
 __all__ = [
+    "IMPORTANCE_LEVELS",
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
+    "ImportanceLevel",
     "KLEstimator",
     "LossAggregation",
     "aggregate",
     "broadcast_to_tokens",
+    "clip_stats",
     "clipped_surrogate",
+    "clipped_token_losses",
+    "decoupled_surrogate",
     "discounted_returns",
     "entropy_from_logits",
     "episode_normalized",
@@ -49,6 +62,7 @@ __all__ = [
     "reinforce_pp",
     "step_grouped",
     "token_logprobs",
+    "truncated_importance_weights",
     "turn_returns",
     "value_loss",
     "void_turn_keep",

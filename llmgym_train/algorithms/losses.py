@@ -85,20 +85,41 @@ def clipped_surrogate(
         old vs. new policy) over the masked tokens.
     """
     log_ratio = logprobs - old_logprobs.detach()  # (B, T)
+    token_losses, clipped = clipped_token_losses(log_ratio, advantages, clip_low, clip_high)  # (B, T) each
+    loss = aggregate(token_losses, mask, aggregation, normalizer)
+    return loss, clip_stats(log_ratio, clipped, mask)
+
+
+def clipped_token_losses(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``-min(ratio * A, clip(ratio) * A)`` and where the clipped term won.
+
+    Args:
+        log_ratio: ``(B, T)`` log of the ratio (current over anchor policy), with its gradient.
+        advantages: ``(B, T)``; detached here.
+
+    Returns:
+        ``(token_losses, clipped)``: ``(B, T)`` losses and a ``(B, T)`` bool, True where the
+        clip took effect (no gradient flows through those tokens).
+    """
     ratio = torch.exp(log_ratio)  # (B, T)
     advantages = advantages.detach()  # (B, T)
     unclipped = ratio * advantages  # (B, T)
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages  # (B, T)
-    token_losses = -torch.minimum(unclipped, clipped)  # (B, T)
-    loss = aggregate(token_losses, mask, aggregation, normalizer)
-    with torch.no_grad():
-        mask_f = mask.float()
-        count = mask_f.sum().clamp(min=1.0)
-        stats = {
-            "clip_fraction": float(((clipped != unclipped).float() * mask_f).sum() / count),
-            "approx_kl": float(((ratio - 1 - log_ratio) * mask_f).sum() / count),
-        }
-    return loss, stats
+    return -torch.minimum(unclipped, clipped), clipped != unclipped
+
+
+@torch.no_grad()
+def clip_stats(log_ratio: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``clip_fraction`` and ``approx_kl`` (k3 of anchor vs current policy) over the masked tokens ``(B, T)``."""
+    mask_f = mask.float()  # (B, T)
+    count = mask_f.sum().clamp(min=1.0)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    return {
+        "clip_fraction": float((clipped.float() * mask_f).sum() / count),
+        "approx_kl": float(((ratio - 1 - log_ratio) * mask_f).sum() / count),
+    }
 
 
 def value_loss(

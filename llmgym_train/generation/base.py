@@ -67,17 +67,26 @@ class Completion:
         logprobs: the log-probability of each generated token under the sampling distribution
             (same length as ``token_ids``).
         finish_reason: ``"stop"`` (end-of-turn or a stop token) or ``"length"`` (hit ``max_tokens``).
+        policy_versions: the policy version that sampled each token (asynchronous training,
+            where weights can change between decoding steps of one completion); ``None``: all
+            sampled by the version the generator held throughout.
     """
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish_reason: FinishReason
+    policy_versions: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):
             raise ValueError(
                 f"Completion needs one logprob per token, got {len(self.token_ids)} tokens and "
                 f"{len(self.logprobs)} logprobs."
+            )
+        if self.policy_versions is not None and len(self.policy_versions) != len(self.token_ids):
+            raise ValueError(
+                f"Completion needs one policy version per token (or None), got {len(self.token_ids)} tokens and "
+                f"{len(self.policy_versions)} versions."
             )
 
 
