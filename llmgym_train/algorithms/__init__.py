@@ -28,6 +28,7 @@ from llmgym_train.algorithms.losses import (
     token_logprobs,
     value_loss,
 )
+from llmgym_train.algorithms.tree import tree_advantages, tree_values
 
 __all__ = [
     "KL_ESTIMATORS",
@@ -49,6 +50,8 @@ __all__ = [
     "reinforce_pp",
     "step_grouped",
     "token_logprobs",
+    "tree_advantages",
+    "tree_values",
     "turn_returns",
     "value_loss",
     "void_turn_keep",
