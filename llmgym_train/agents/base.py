@@ -127,12 +127,13 @@ class AsyncEnv:
     async def set_state(self, state: Any) -> None:
         """Restore a snapshot of an env of the same id; an env never reset is reset once first (its wrappers want that)."""
 
+        needs_reset, self._was_reset = not self._was_reset, True
+
         def restore() -> None:
-            if not self._was_reset:
+            if needs_reset:
                 self.env.reset()
             self.env.unwrapped.set_state(state)
 
-        self._was_reset = True
         await self._call(restore)
 
     async def _call(self, work: Callable[[], _Result]) -> _Result:
