@@ -41,6 +41,7 @@ class Batch:
     episode_returns: torch.Tensor  # (B,)
     step_returns: torch.Tensor  # (B,) the trained turn's discounted return-to-go
     state_ids: torch.Tensor  # (B,) the trained turn's state, numbered within the batch; -1: unknown
+    sample_advantages: torch.Tensor | None = None  # (B,) advantages that came with the samples (tree rollouts)
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
@@ -103,7 +104,16 @@ def collate(samples: Sequence[Sample], pad_token_id: int, group_offsets: Sequenc
         episode_returns=torch.tensor([sample.episode_return for sample in samples], dtype=torch.float32),
         step_returns=torch.tensor([sample.step_return for sample in samples], dtype=torch.float32),
         state_ids=torch.tensor(state_ids, dtype=torch.long),
+        sample_advantages=_sample_advantages(samples),
     )
+
+
+def _sample_advantages(samples: Sequence[Sample]) -> torch.Tensor | None:
+    """``(B,)`` the samples' own advantages, when every sample has one (tree rollouts), else ``None``."""
+    given = [sample.advantage for sample in samples]
+    if any(value is None for value in given):
+        return None
+    return torch.tensor(given, dtype=torch.float32)
 
 
 def with_advantages(
@@ -121,13 +131,19 @@ def with_advantages(
 
     * ``grpo``: each sample's episode return normalized among the episodes of its group, on
       all its generated tokens; with ``credit="gigpo"`` plus ``step_weight`` times the step
-      advantage among turns from the same state (:func:`~llmgym_train.algorithms.step_grouped`).
+      advantage among turns from the same state (:func:`~llmgym_train.algorithms.step_grouped`);
+      with ``credit="tree"`` the samples' own branch advantages (``Sample.advantage``).
     * ``reinforce_pp``: discounted token returns whitened over the batch.
     * ``ppo``: token-level GAE from ``values`` ``(B, T)``, advantages whitened over the batch.
     """
     mask = batch.loss_mask  # (B, T)
     if algo == "grpo":
-        if credit == "gigpo":
+        if credit == "tree":
+            # Tree rollouts: each sample's branch advantage was computed over its whole tree
+            # (llmgym_train.tree.tree_samples), before any sample was filtered out.
+            assert batch.sample_advantages is not None, "credit='tree' needs samples from llmgym_train.tree.tree_samples"
+            per_sample = batch.sample_advantages  # (B,)
+        elif credit == "gigpo":
             per_sample = step_grouped(
                 batch.episode_returns, batch.group_ids, batch.episode_ids, batch.step_returns, batch.state_ids,
                 step_weight, normalize_std,

@@ -34,7 +34,7 @@ from llmgym_train.distributed import DistributedConfig
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
 Layout = Literal["sequence", "turn"]
-Credit = Literal["episode", "gigpo"]
+Credit = Literal["episode", "gigpo", "tree"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
@@ -136,6 +136,37 @@ class EnvSpec:
 
 
 @dataclass
+class TreeConfig:
+    """Tree rollouts (:mod:`llmgym_train.tree`): a group's episodes branch from env snapshots of a trunk.
+
+    Example: ``branch_turns=[0, 2] branches=2 budget=4`` plays two episodes from the level's
+    start, and each of them branches once more after its second turn: four episodes, whose
+    first two turns were played twice, not four times.
+    """
+
+    #: Turns after which episodes branch (0: from the reset); empty: no tree, every episode a chain.
+    branch_turns: list[int] = field(default_factory=list)
+    #: Continuations at each branch point, the branching episode's own included.
+    branches: int = 2
+    #: Episodes (leaves) per group; 0: rollout.group_size. At most branches ** len(branch_turns).
+    budget: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.branch_turns)
+
+    def __post_init__(self) -> None:
+        _check_range("rollout.tree", "branches", self.branches, 2)
+        _check_range("rollout.tree", "budget", self.budget, 0)
+        turns = list(self.branch_turns)
+        if any(turn < 0 for turn in turns) or turns != sorted(set(turns)):
+            raise InvalidOptionError(
+                f"rollout.tree.branch_turns must be distinct turn numbers >= 0 in increasing order; got {turns}. "
+                f"Write e.g. rollout.tree.branch_turns=[{', '.join(map(str, sorted({max(t, 0) for t in turns})))}]."
+            )
+
+
+@dataclass
 class RolloutConfig:
     """How episodes are collected."""
 
@@ -167,6 +198,13 @@ class RolloutConfig:
     #: evaluated as that distribution. Each must be one token after ``response_prefix``; needs
     #: ``max_new_tokens=1``. Empty: free generation.
     choices: list[str] = field(default_factory=list)
+    #: Tree rollouts: branch turns, branches per branch point, episodes per group.
+    tree: TreeConfig = field(default_factory=TreeConfig)
+
+    @property
+    def episodes_per_group(self) -> int:
+        """``tree.budget`` for tree rollouts that set one, else ``group_size``."""
+        return self.tree.budget if self.tree.enabled and self.tree.budget else self.group_size
 
     def __post_init__(self) -> None:
         _check_choice("rollout", "backend", self.backend, Backend)
@@ -189,6 +227,29 @@ class RolloutConfig:
         from llmgym_train.agents import get_agent
 
         get_agent(self.agent)  # an unknown name fails here, with the registered names and a suggestion
+        if self.tree.enabled:
+            self._check_tree()
+
+    def _check_tree(self) -> None:
+        from llmgym_train.tree import check_tree_agent
+
+        tree = self.tree
+        check_tree_agent(self.agent)
+        most = tree.branches ** len(tree.branch_turns)
+        if not 2 <= self.episodes_per_group <= most:
+            source = "rollout.tree.budget" if tree.budget else "rollout.group_size (rollout.tree.budget=0)"
+            raise InvalidOptionError(
+                f"A tree of branch_turns={tree.branch_turns} with {tree.branches} branches has 1 to {most} episodes, "
+                f"and a group needs at least 2; got {source} = {self.episodes_per_group}. Set rollout.tree.budget "
+                f"between 2 and {most}, or raise rollout.tree.branches or add a branch turn "
+                f"(e.g. rollout.tree.branch_turns=[0, {', '.join(map(str, tree.branch_turns))}])."
+            )
+        if self.max_turns and tree.branch_turns[-1] >= self.max_turns:
+            raise InvalidOptionError(
+                f"rollout.tree.branch_turns={tree.branch_turns} branches after turn {tree.branch_turns[-1]}, but "
+                f"rollout.max_turns={self.max_turns} ends every episode before; use branch turns below "
+                f"{self.max_turns} or raise rollout.max_turns."
+            )
 
 
 @dataclass
@@ -262,13 +323,18 @@ class LossConfig:
     group_keep_fraction: float = 1.0
     #: Drop samples whose turns had no parsable action or were cut off by ``max_new_tokens``.
     filter_void_turns: bool = False
-    #: GRPO credit: ``episode`` (each turn gets its episode's group advantage) or ``gigpo`` (plus a
-    #: step advantage among the group's turns from the same env state; needs ``rollout.layout=turn``).
+    #: GRPO credit: ``episode`` (each turn gets its episode's group advantage), ``gigpo`` (plus a
+    #: step advantage among the group's turns from the same env state; needs ``rollout.layout=turn``)
+    #: or ``tree`` (each branch of a tree rollout: its subtree's value minus its parent's; needs
+    #: ``rollout.tree``).
     credit: Credit = "episode"
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0
-    #: ``gigpo``: discount of the turn returns-to-go that step advantages compare.
+    #: ``gigpo``: discount of the turn returns-to-go that step advantages compare; ``tree``: the
+    #: per-turn discount of the returns that node values average.
     step_gamma: float = 0.95
+    #: ``tree``: weight of the episode-level group advantage added to each branch's tree advantage.
+    tree_episode_weight: float = 0.0
 
     def __post_init__(self) -> None:
         _check_choice("loss", "aggregation", self.aggregation, LossAggregation)
@@ -276,6 +342,7 @@ class LossConfig:
         _check_choice("loss", "credit", self.credit, Credit)
         _check_range("loss", "step_weight", self.step_weight, 0.0)
         _check_range("loss", "step_gamma", self.step_gamma, 0.0, 1.0)
+        _check_range("loss", "tree_episode_weight", self.tree_episode_weight, 0.0)
         _check_range("loss", "clip_low", self.clip_low, 0.0, 1.0)
         _check_range("loss", "clip_high", self.clip_high, 0.0)
         _check_range("loss", "gamma", self.gamma, 0.0, 1.0)
@@ -412,6 +479,7 @@ class TrainConfig:
                 f"algo=grpo and rollout.layout=turn; got algo={self.algo}, rollout.layout={self.rollout.layout}. "
                 "Set algo=grpo rollout.layout=turn, or loss.credit=episode."
             )
+        self._check_tree_credit()
         if self.rollout.agent == "markov" and self.rollout.layout != "turn":
             raise InvalidOptionError(
                 "rollout.agent=markov gives every turn a fresh context, so a whole-episode sample is not what the "
@@ -424,10 +492,33 @@ class TrainConfig:
                 f"({batch} episodes = sum of n_groups x group_size); lower it or set 0 for the whole batch."
             )
 
+    def _check_tree_credit(self) -> None:
+        """Tree rollouts train each branch once with its subtree's advantage: GRPO with ``loss.credit=tree`` only."""
+        tree, credit = self.rollout.tree, self.loss.credit
+        if tree.enabled and self.algo != "grpo":
+            raise InvalidOptionError(
+                f"rollout.tree works with algo=grpo only (loss.credit=tree); got algo={self.algo}. A branch's "
+                "shared turns are trained once, with the mean over the episodes below them: PPO's GAE and "
+                "REINFORCE++'s token returns run along one episode's tokens and have no such mean. Set algo=grpo "
+                "loss.credit=tree, or drop rollout.tree.branch_turns to train chains with "
+                f"{self.algo}."
+            )
+        if tree.enabled and credit != "tree":
+            raise InvalidOptionError(
+                f"rollout.tree needs loss.credit=tree (each branch's advantage comes from its subtree); got "
+                f"loss.credit={credit}. Set loss.credit=tree (loss.tree_episode_weight mixes in the episode-level "
+                "group advantage), or drop rollout.tree.branch_turns."
+            )
+        if credit == "tree" and not tree.enabled:
+            raise InvalidOptionError(
+                "loss.credit=tree needs tree rollouts, and rollout.tree.branch_turns is empty. Set e.g. "
+                "rollout.tree.branch_turns=[0,2] rollout.tree.branches=2, or loss.credit=episode / gigpo."
+            )
+
     @property
     def episodes_per_step(self) -> int:
-        """Episodes one training step collects: the sum of ``n_groups`` times ``group_size``."""
-        return sum(spec.n_groups for spec in self.train_envs) * self.rollout.group_size
+        """Episodes one training step collects: the sum of ``n_groups`` times the episodes per group."""
+        return sum(spec.n_groups for spec in self.train_envs) * self.rollout.episodes_per_group
 
     @property
     def validation_envs(self) -> list[EnvSpec]:

@@ -86,6 +86,10 @@ class Trajectory:
             :data:`~llmgym_train.staleness.NOT_SAMPLED`, on tokens the model did not generate);
             ``None`` when the generator reported none (synchronous rollouts: every generated
             token comes from the one version the rollout ran with).
+        parent_episode: tree rollouts (:mod:`llmgym_train.tree`): the episode this one branched
+            from, whose first ``shared_turns`` turns it copied (``None``: a trunk or a chain).
+        shared_turns: tree rollouts: leading turns played once, by an ancestor, and trained
+            there; this episode's own turns start after them.
     """
 
     token_ids: list[int]
@@ -103,6 +107,8 @@ class Trajectory:
     messages: list[dict[str, str]] = field(default_factory=list)
     fresh_contexts: bool = False
     policy_versions: list[int] | None = None
+    parent_episode: int | None = None
+    shared_turns: int = 0
 
     @property
     def turn_rewards(self) -> list[float]:
@@ -172,6 +178,8 @@ class Sample:
         state_key: the trained turn's :attr:`Turn.state_key` (``turn`` layout; ``None`` otherwise).
         step_return: the trained turn's discounted return-to-go (``turn`` layout; the episode's
             return for the ``sequence`` layout).
+        advantage: set where the advantage comes with the sample (tree rollouts: its branch's,
+            see :func:`llmgym_train.algorithms.tree_advantages`); ``None``: computed from the batch.
     """
 
     token_ids: list[int]
@@ -189,6 +197,7 @@ class Sample:
     num_turns: int
     state_key: Any = None
     step_return: float = 0.0
+    advantage: float | None = None
 
 
 def make_samples(

@@ -32,6 +32,7 @@ from llmgym_train.agents.base import BackendEnv
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
 from llmgym_train.generation.base import Completion, Generator, StreamingGenerator
+from llmgym_train.tree import TreeRollout, TreeShape
 
 
 class EnvGroups(Protocol):
@@ -114,6 +115,7 @@ def rollout(
     config: AgentConfig | None = None,
     max_batch_wait: float = 0.05,
     env_workers: EnvWorkers | None = None,
+    tree: TreeShape | None = None,
 ) -> RolloutResult:
     """Play ``episodes`` with the registered ``agent`` on ``generator``; blocking.
 
@@ -127,9 +129,12 @@ def rollout(
         env_workers: where the envs live (e.g. Ray actors, see
             :class:`llmgym_train.distributed.RayEnvWorkers`); ``None``: in this process, each
             call on a worker thread.
+        tree: play each group as a tree rollout of this shape (see :mod:`llmgym_train.tree`);
+            ``None``: every episode is a chain of its own.
     """
     return asyncio.run(arollout(
-        generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait, env_workers=env_workers
+        generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait, env_workers=env_workers,
+        tree=tree,
     ))
 
 
@@ -142,6 +147,7 @@ async def arollout(
     config: AgentConfig | None = None,
     max_batch_wait: float = 0.05,
     env_workers: EnvWorkers | None = None,
+    tree: TreeShape | None = None,
 ) -> RolloutResult:
     """:func:`rollout` inside a running event loop."""
     agent_cls = get_agent(agent)
@@ -162,12 +168,15 @@ async def arollout(
     if len(act_queues) != len(episodes):
         raise ValueError("Every EpisodeStart needs its own episode_index (it routes the agent's completions).")
     live = {"agents": len(episodes)}
+    trees = TreeRollout(tree, episodes) if tree is not None else None
 
     async def play(index: int) -> Trajectory:
         try:
-            return await agent_cls(chat, config).collect_trajectory(
-                episodes[index], envs[index], obs_queue, act_queues[episodes[index].episode_index]
-            )
+            player = agent_cls(chat, config)
+            act_queue = act_queues[episodes[index].episode_index]
+            if trees is not None:
+                return await trees.play(player, episodes[index], envs[index], obs_queue, act_queue)
+            return await player.collect_trajectory(episodes[index], envs[index], obs_queue, act_queue)
         finally:
             live["agents"] -= 1
             obs_queue.put_nowait(None)  # wakes the loop to re-check how many agents are live

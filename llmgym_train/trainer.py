@@ -39,13 +39,14 @@ from llmgym_train.agents import AgentConfig, EpisodeStart
 from llmgym_train.algorithms import group_variance_keep
 from llmgym_train.batching import Batch, collate, with_advantages
 from llmgym_train.chat import ChatTokens
-from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, build, check_resumable, save_config
+from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
 from llmgym_train.policy import Policy
 from llmgym_train.rollout import rollout as run_rollout
+from llmgym_train.tree import played_work, tree_samples
 from llmgym_train.update import accumulate_gradients, normalizer, optimizer_step, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -256,7 +257,7 @@ class Trainer:
         for env_index, spec in enumerate(self.config.train_envs):
             level_seeds = _seeds(self.config.seed, step, env_index, count=spec.n_groups)
             for level_seed in level_seeds:
-                for _ in range(self.config.rollout.group_size):
+                for _ in range(self.config.rollout.episodes_per_group):
                     starts.append(EpisodeStart(len(starts), spec.id, int(level_seed), group, dict(spec.options)))
                     labels.append(spec.label)
                 group += 1
@@ -266,11 +267,12 @@ class Trainer:
             allowed_token_ids=self.choice_ids,
         )
         sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
-        trajectories, timing = self._play(starts, sampling, sampling_seed)
+        trajectories, timing = self._play(starts, sampling, sampling_seed, tree=rollout.tree if rollout.tree.enabled else None)
+        timing.update(played_work(trajectories, timing["time/total_s"]))
         return trajectories, {**_episode_metrics(trajectories, labels), **timing}
 
     def _play(
-        self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None
+        self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None, tree: TreeConfig | None = None
     ) -> tuple[list[Trajectory], dict[str, Any]]:
         rollout = self.config.rollout
         agent_config = AgentConfig(
@@ -280,7 +282,8 @@ class Trainer:
             sampling_seed=sampling_seed,
         )
         result = run_rollout(
-            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_workers=self.env_workers
+            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_workers=self.env_workers,
+            tree=tree,
         )
         timing = {key: value for key, value in result.metrics.items() if key.startswith(("time/", "tokens/"))}
         timing["cut_turn_rate"] = result.metrics.get("cut_turn_rate", 0.0)
@@ -290,7 +293,13 @@ class Trainer:
     def _filtered_samples(self, trajectories: list[Trajectory]) -> tuple[list[Sample], dict[str, Any]]:
         rollout, loss = self.config.rollout, self.config.loss
         history = None if rollout.history_turns < 0 else rollout.history_turns
-        samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma)
+        if rollout.tree.enabled:  # advantages over whole trees, before any sample is dropped
+            samples = tree_samples(
+                trajectories, rollout.layout, history, gamma=loss.step_gamma, normalize_std=loss.normalize_std,
+                episode_weight=loss.tree_episode_weight,
+            )
+        else:
+            samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma)
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:
             kept_groups = self._informative_groups(trajectories)

@@ -112,12 +112,30 @@ class AsyncEnv:
     def __init__(self, env: Any, timer: EnvTimer | None = None) -> None:
         self.env = env
         self.timer = timer if timer is not None else EnvTimer()
+        self._was_reset = False
 
     async def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        self._was_reset = True
         return await self._call(lambda: self.env.reset(seed=seed, options=options))
 
     async def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         return await self._call(lambda: self.env.step(action))
+
+    async def get_state(self) -> Any:
+        """The env's snapshot, ``env.unwrapped.get_state()`` (see :class:`llmgym.core.EnvState`)."""
+        return await self._call(lambda: self.env.unwrapped.get_state())
+
+    async def set_state(self, state: Any) -> None:
+        """Restore a snapshot of an env of the same id; an env never reset is reset once first (its wrappers want that)."""
+
+        needs_reset, self._was_reset = not self._was_reset, True
+
+        def restore() -> None:
+            if needs_reset:
+                self.env.reset()
+            self.env.unwrapped.set_state(state)
+
+        await self._call(restore)
 
     async def _call(self, work: Callable[[], _Result]) -> _Result:
         def timed() -> _Result:
@@ -154,6 +172,15 @@ class BackendEnv:
 
     async def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         return await self._run(Op("step", self.index, (action,)))
+
+    async def get_state(self) -> Any:
+        """The sub-env's snapshot (``get_state()`` of the env, wherever it runs)."""
+        return await self._run(Op("call", self.index, ("get_state", (), {})))
+
+    async def set_state(self, state: Any) -> None:
+        """Restore a snapshot into the sub-env, after one reset (the backend's wrappers want one)."""
+        await self._run(Op("reset", self.index, (self.start.seed, self.start.reset_options)))
+        await self._run(Op("call", self.index, ("set_state", (state,), {})))
 
     async def _run(self, op: Op) -> Any:
         where = f"episode {self.start.episode_index} ({self.start.env_id}, seed {self.start.seed})"

@@ -36,6 +36,7 @@ from llmgym_train.algorithms.off_policy import (
     decoupled_surrogate,
     truncated_importance_weights,
 )
+from llmgym_train.algorithms.tree import tree_advantages, tree_values
 
 __all__ = [
     "IMPORTANCE_LEVELS",
@@ -63,6 +64,8 @@ __all__ = [
     "step_grouped",
     "token_logprobs",
     "truncated_importance_weights",
+    "tree_advantages",
+    "tree_values",
     "turn_returns",
     "value_loss",
     "void_turn_keep",
