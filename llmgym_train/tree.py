@@ -157,37 +157,14 @@ class _TreeGroup:
                 builder = fork.builder_for(start)
                 self.origins[slot] = fork
                 link = (fork.episode, fork.turns)
-            trajectory = await self._play_turns(slot, agent, builder, env, obs_queue, act_queue)
+            trajectory = await agent.play_turns(
+                builder, env, obs_queue, act_queue, before_turn=lambda grown: self._hand_out(slot, grown, env)
+            )
             failed = False
         finally:
             self._release(slot, failed)
         trajectory.parent_episode, trajectory.shared_turns = link
         return trajectory
-
-    async def _play_turns(
-        self,
-        slot: int,
-        agent: ChainAgent,
-        builder: TrajectoryBuilder,
-        env: Any,
-        obs_queue: asyncio.Queue[GenerationRequest | None],
-        act_queue: asyncio.Queue[Completion],
-    ) -> Trajectory:
-        """``chain``'s loop, handing a snapshot to the slots that branch here before each turn."""
-        if not builder.fits(0):
-            return builder.build("context_overflow")
-        while True:
-            await self._hand_out(slot, builder, env)
-            completion = await agent.generate(builder, obs_queue, act_queue)
-            text = agent.chat.decode(completion.token_ids)
-            observation, reward, terminated, truncated, info = await env.step(text)
-            builder.add_generation(completion, text, float(reward), info)
-            if terminated or truncated:
-                return builder.build("terminated" if terminated else "truncated")
-            if agent.config.max_turns is not None and len(builder.turns) >= agent.config.max_turns:
-                return builder.build("max_turns")
-            if not agent.next_observation(builder, completion, observation):
-                return builder.build("context_overflow")
 
     async def _hand_out(self, slot: int, builder: TrajectoryBuilder, env: Any) -> None:
         turns = len(builder.turns)

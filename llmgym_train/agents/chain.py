@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 from llmgym_train.agents.base import Agent, AsyncEnv, EpisodeStart, GenerationRequest, TrajectoryBuilder
@@ -27,9 +28,22 @@ class ChainAgent(Agent):
     ) -> Trajectory:
         observation, info = await env.reset(seed=prompt.seed, options=prompt.reset_options)
         builder = self.new_builder(prompt, observation, info)
+        return await self.play_turns(builder, env, obs_queue, act_queue)
+
+    async def play_turns(
+        self,
+        builder: TrajectoryBuilder,
+        env: AsyncEnv,
+        obs_queue: asyncio.Queue[GenerationRequest | None],
+        act_queue: asyncio.Queue[Completion],
+        before_turn: Callable[[TrajectoryBuilder], Awaitable[None]] | None = None,
+    ) -> Trajectory:
+        """The turn loop from ``builder``'s state on; ``before_turn`` runs before each turn (tree rollouts snapshot there)."""
         if not builder.fits(0):
             return builder.build("context_overflow")
         while True:
+            if before_turn is not None:
+                await before_turn(builder)
             completion = await self.generate(builder, obs_queue, act_queue)
             text = self.chat.action_text(completion.token_ids)
             observation, reward, terminated, truncated, info = await env.step(text)
