@@ -250,17 +250,19 @@ def tiny_setup(random_tiny_model: Any, char_tokenizer: Any) -> tuple[HfGenerator
     return HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=2048), ChatTokens(char_tokenizer)
 
 
-def _tree_rollout(generator: HfGenerator, chat: ChatTokens, agent: str = "chain") -> list[Trajectory]:
+def _tree_rollout(
+    generator: HfGenerator, chat: ChatTokens, agent: str = "chain", branch_turns: tuple[int, ...] = (1, 2), max_turns: int = 4
+) -> list[Trajectory]:
     # Env turn limit 4, branches after turns 1 and 2: four episodes per group, two groups.
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2, options={"max_turns": 4})], group_size=4, seed=7)
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2, options={"max_turns": max_turns})], group_size=4, seed=7)
     config = AgentConfig(sampling=SamplingSpec(max_tokens=8, temperature=1.0), max_context_tokens=2048, sampling_seed=0)
-    shape = TreeConfig(branch_turns=[1, 2], branches=2)
+    shape = TreeConfig(branch_turns=list(branch_turns), branches=2)
     return rollout(generator, chat, episodes, agent=agent, config=config, tree=shape).trajectories
 
 
-def _replay(trajectory: Trajectory) -> None:
+def _replay(trajectory: Trajectory, max_turns: int = 4) -> None:
     """Play the episode's actions on a fresh env from its reset: the same observations, rewards and end."""
-    env = gym.make(trajectory.env_id, max_turns=4)
+    env = gym.make(trajectory.env_id, max_turns=max_turns)
     observation, _ = env.reset(seed=trajectory.seed)
     users = [m["content"] for m in trajectory.messages if m["role"] == "user"]
     actions = [m["content"] for m in trajectory.messages if m["role"] == "assistant"]
@@ -305,6 +307,22 @@ def test_tree_rollout_branches_from_snapshots_within_the_budget(tiny_setup: tupl
                 assert sample.token_ids == source.token_ids[: len(sample.token_ids)]
             assert all(not m or i >= source.turns[source.shared_turns].start for i, m in enumerate(sample.loss_mask)
                        if layout == "sequence")
+
+
+def test_branch_points_never_reached_hand_out_the_snapshot_their_episode_started_from(
+    tiny_setup: tuple[HfGenerator, ChatTokens],
+) -> None:
+    generator, chat = tiny_setup
+    # Episodes end after 2 turns, so the branch points after turn 3 never come: episode 2 (of
+    # the trunk at turn 3) starts from the trunk's reset instead, and episode 3 (of episode 1 at
+    # turn 3) from where episode 1 started, the trunk after turn 1.
+    trajectories = _tree_rollout(generator, chat, branch_turns=(1, 3), max_turns=2)
+    assert [(t.parent_episode, t.shared_turns) for t in trajectories[:4]] == [(None, 0), (0, 1), (0, 0), (0, 1)]
+    for trajectory in trajectories:
+        assert len(trajectory.turns) == 2
+        _replay(trajectory, max_turns=2)
+    samples = tree_samples(trajectories, "sequence")
+    assert sum(sum(s.loss_mask) for s in samples) == played_work(trajectories, 1.0)["tokens/generated"]
 
 
 def test_markov_agent_tree_rollout(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
