@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     env_ids = args.ids or llmgym.env_ids()
     repeats, min_seconds = (3, 0.05) if args.quick else (5, 0.3)
+    load_start = os.getloadavg()
     core = pin_to_one_core()
     results: dict[str, dict[str, float]] = {}
     wrapped: dict[str, dict[str, float]] = {}
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         "env_throughput",
         {
             "settings": {"repeats": repeats, "min_seconds": min_seconds, "core": core, "quick": args.quick},
+            "load_average": {"start": [round(v, 2) for v in load_start], "end": [round(v, 2) for v in os.getloadavg()]},
             "unwrapped": results,
             "gym_make_wrapped": wrapped,
             "vector": vector,

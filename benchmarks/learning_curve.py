@@ -41,8 +41,9 @@ Presets (one per env family, in :data:`PRESETS`):
   Free generation with an invalid-move penalty collapsed here: the base model writes a move in
   about 7% of turns, mostly ``Down``, so the first steps rewarded "any valid move" and the
   policy settled on one move (entropy 5.2 -> 0.03 in six steps) before any success.
-* ``sokoban-v1`` (default for ``Sokoban-v1``): the same agent and credit on 6x6 rooms, 20 turns
-  in training, the v1 default of 30 in evaluation.
+* ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
+  choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO) on 6x6 rooms
+  with one box, 20 turns in training, the v1 default of 30 in evaluation.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -138,8 +139,10 @@ PRESETS: dict[str, Preset] = {
         train_envs=({"n_groups": 3, "options": {"max_turns": 20, "action_parser": "lenient"}},),
         eval_options={"max_turns": 30, "action_parser": "lenient"},
         overrides=(
-            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo",
-            "rollout.max_model_len=384", "optim.micro_batch_size=32",
+            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
+            "rollout.response_prefix=<answer>", 'rollout.choices=["Up","Down","Left","Right"]',
+            "rollout.max_new_tokens=1", "rollout.max_model_len=384", "optim.micro_batch_size=64", "optim.lr=2e-5",
+            "eval.every=5",
         ),
     ),
     "sokoban": Preset(
