@@ -178,7 +178,9 @@ class RolloutConfig:
     max_new_tokens: int = 64
     #: Longest episode in tokens (prompt + all turns); longer episodes end as truncated.
     max_model_len: int = 2048
-    #: Sampling temperature during training rollouts (evaluation is always greedy).
+    #: Sampling temperature during training rollouts (evaluation is always greedy). With
+    #: ``choices`` the trained policy is the tempered choice itself (scored at this temperature),
+    #: so a temperature above 1 explores more and stays on-policy; greedy play is unchanged by it.
     temperature: float = 1.0
     #: Nucleus sampling mass during training rollouts.
     top_p: float = 1.0

@@ -56,6 +56,9 @@ class Policy:
         #: When set, the policy is the model's distribution renormalized over these tokens (a
         #: choice among actions, see ``rollout.choices``): every generated token is one of them.
         self.allowed_token_ids: torch.Tensor | None = None
+        #: The temperature of that choice: the policy is ``softmax(logits[allowed] / choice_temperature)``,
+        #: the distribution the rollouts sample from at ``rollout.temperature``.
+        self.choice_temperature = 1.0
         self.reference = None
         if with_reference and not self.is_lora:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -150,7 +153,7 @@ class Policy:
                 f"Generated tokens {stray[:8]} are not among the allowed choices {allowed.tolist()}: samples "
                 "scored under rollout.choices must come from a generator restricted to them."
             )
-        return logits[:, allowed.to(logits.device)], matches.float().argmax(dim=-1)
+        return logits[:, allowed.to(logits.device)] / self.choice_temperature, matches.float().argmax(dim=-1)
 
     def _autocast(self) -> Any:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast is not None)

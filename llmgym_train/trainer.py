@@ -115,6 +115,7 @@ class Trainer:
         self.choice_ids = self.chat.choice_token_ids(config.rollout.choices)
         if self.choice_ids:
             self.policy.allowed_token_ids = torch.tensor(self.choice_ids)
+            self.policy.choice_temperature = config.rollout.temperature
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )

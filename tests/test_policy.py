@@ -74,8 +74,9 @@ def test_shared_prefix_forward_gives_the_full_forwards_logprobs_values_and_gradi
         torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 2.5])
 def test_choice_policy_samples_only_the_choices_and_scores_them_as_the_generator_did(
-    random_tiny_model: Any, char_tokenizer: Any
+    random_tiny_model: Any, char_tokenizer: Any, temperature: float
 ) -> None:
     from llmgym_train.chat import ChatTokens
     from llmgym_train.generation import SamplingSpec
@@ -85,14 +86,16 @@ def test_choice_policy_samples_only_the_choices_and_scores_them_as_the_generator
     allowed = chat.choice_token_ids(["L", "D", "R", "U"])
     generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
     prompts = [chat.prompt(f"Board {index}: where to?", "Pick a move.") for index in range(12)]
-    specs = [SamplingSpec(max_tokens=1, temperature=1.0, seed=seed, allowed_token_ids=allowed) for seed in range(12)]
+    specs = [SamplingSpec(max_tokens=1, temperature=temperature, seed=seed, allowed_token_ids=allowed) for seed in range(12)]
     completions = generator.generate(prompts, specs)
     assert all(len(c.token_ids) == 1 and c.token_ids[0] in allowed for c in completions)
     assert len({c.token_ids[0] for c in completions}) > 1  # a distribution, not one forced token
 
-    # The trainer's score of each sampled token is the generator's: log-softmax over the choices.
+    # The trainer's score of each sampled token is the generator's: log-softmax over the choices,
+    # at the sampling temperature.
     policy = Policy(random_tiny_model, char_tokenizer, None, with_reference=False)
     policy.allowed_token_ids = torch.tensor(allowed)
+    policy.choice_temperature = temperature
     rows = [prompt + list(c.token_ids) for prompt, c in zip(prompts, completions, strict=True)]
     width = max(map(len, rows))
     input_ids = torch.zeros((len(rows), width), dtype=torch.long)
