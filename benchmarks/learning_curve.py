@@ -37,12 +37,17 @@ Presets (one per env family, in :data:`PRESETS`):
   micro-batch); a choice among the four moves (``rollout.choices``: each turn is one token
   after the prefix ``<answer>``, drawn from the model's distribution renormalized over
   ``Left``/``Down``/``Right``/``Up``); turn samples with GiGPO-style step advantages, centred
-  only (``normalize_std=false``); a mixture of 2x2, 3x3 and 4x4 lakes (1, 2 and 3 groups).
+  only (``normalize_std=false``); a mixture of 2x2, 3x3 and 4x4 lakes (1, 2 and 3 groups);
+  sampling at temperature 2 (the trained policy is the tempered choice, so this explores
+  on-policy; evaluation stays greedy). At temperature 1 the base model's choice is peaked
+  (0.31 nats at the first step) and seed 0 swung between 0% and 47% over 40 minutes, ending at
+  37.5%; at temperature 2 it rose steadily to 59.4% in the same 40 minutes
+  (``benchmarks/results/recipe_trials/choice-temperature-2``).
   Free generation with an invalid-move penalty collapsed here: the base model writes a move in
   about 7% of turns, mostly ``Down``, so the first steps rewarded "any valid move" and the
   policy settled on one move (entropy 5.2 -> 0.03 in six steps) before any success.
 * ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
-  choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO) on 6x6 rooms
+  choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2) on 6x6 rooms
   with one box, 20 turns in training, the v1 default of 30 in evaluation.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
@@ -131,7 +136,7 @@ PRESETS: dict[str, Preset] = {
             *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
             "rollout.response_prefix=<answer>", 'rollout.choices=["Left","Down","Right","Up"]',
             "rollout.max_new_tokens=1", "rollout.max_model_len=256", "optim.micro_batch_size=64", "optim.lr=2e-5",
-            "eval.every=5",
+            "rollout.temperature=2.0", "eval.every=5",
         ),
     ),
     "sokoban-v1": Preset(
@@ -142,7 +147,7 @@ PRESETS: dict[str, Preset] = {
             *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
             "rollout.response_prefix=<answer>", 'rollout.choices=["Up","Down","Left","Right"]',
             "rollout.max_new_tokens=1", "rollout.max_model_len=384", "optim.micro_batch_size=64", "optim.lr=2e-5",
-            "eval.every=5",
+            "rollout.temperature=2.0", "eval.every=5",
         ),
     ),
     "sokoban": Preset(
