@@ -1,0 +1,56 @@
+"""The README's main job (``scripts/demo_train.py``): what it trains and evaluates on, without training."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.baselines import compute_baselines
+
+DEMO = Path(__file__).resolve().parent.parent / "scripts" / "demo_train.py"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    spec = importlib.util.spec_from_file_location("demo_train", DEMO)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["demo_train"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_default_recipe_evaluates_where_reading_the_map_beats_every_blind_route(demo, tmp_path):
+    config = demo.demo_config("3x3", str(tmp_path / "run"), minutes=8, overrides=[])
+    spec = config.validation_envs[0]
+    records = demo.eval_level_records(config)
+    baselines = compute_baselines(spec.id, records, dict(spec.options))
+    assert len(records) == config.eval.levels == 32
+    # A 3x3 lake has at most 2**7 maps; the 32 eval levels hold 24 of them (a 2x2 lake has three).
+    assert len({repr(record["level"]) for record in records}) >= 20
+    assert baselines["blind_route"]["success"] <= 0.5
+    assert baselines["optimal"]["success"] == 1.0
+    # The eval levels are eval seeds, not levels a training step draws.
+    assert all(record["seed"] >= 1_000_000 for record in records)
+    assert config.rollout.choices and config.rollout.agent == "markov"
+
+
+def test_record_appends_runs_and_keeps_their_range(demo, tmp_path, monkeypatch):
+    monkeypatch.setattr(demo, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(demo, "write_result", lambda name, doc: _write(tmp_path / f"{name}.json", doc))
+    for after in (0.5, 0.75):
+        path = demo.record_run("3x3", {"eval_success_after": after}, {"blind_route": {"success": 0.47}})
+    import json
+
+    entry = json.loads(path.read_text())["recipes"]["3x3"]
+    assert [run["eval_success_after"] for run in entry["runs"]] == [0.5, 0.75]
+    assert entry["eval_success_after_range"] == [0.5, 0.75]
+
+
+def _write(path: Path, document: dict) -> Path:
+    import json
+
+    path.write_text(json.dumps(document))
+    return path
