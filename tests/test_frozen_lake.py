@@ -56,6 +56,21 @@ def test_bumping_into_the_edge_is_valid_but_not_effective():
     assert "edge" in observation
 
 
+def test_bump_penalty_is_the_reward_of_a_move_into_the_edge_only():
+    env = make(bump_penalty=-0.25)
+    env.reset(options={"level": LEVEL})
+    before = env.render()
+    _, reward, terminated, _, info = env.step(answer("Left"))
+    assert reward == -0.25 and not terminated and env.render() == before
+    assert info["action_is_valid"] and not info["action_is_effective"]
+    rewards = [env.step(answer(name))[1] for name in ["Down", "Down", "Right", "Down", "Right", "Right"]]
+    assert rewards == [0, 0, 0, 0, 0, 1.0]
+    other = make(bump_penalty=-0.25)
+    other.reset(options={"level": LEVEL})
+    _, reward, _, _, info = other.step(answer("Jump"))
+    assert reward == -0.1 and not info["action_is_valid"]  # an invalid turn keeps invalid_penalty
+
+
 @pytest.mark.parametrize("action", ["Jump", "<answer></answer>", "no tags at all: Down", "<answer>Up || Up</answer>"])
 def test_invalid_actions_leave_the_state_unchanged_and_cost_the_penalty(action):
     env = make(invalid_penalty=-0.5)

@@ -188,6 +188,8 @@ def test_jax_backend_refuses_what_it_cannot_play() -> None:
         make_vector_env("llmgym/Sokoban-v0", 2, backend="jax", max_actions_per_turn=2)
     with pytest.raises(InvalidOptionError, match="num_workers"):
         make_vector_env("llmgym/Sokoban-v0", 2, backend="jax", num_workers=2)
+    with pytest.raises(InvalidOptionError, match="bump_penalty"):
+        make_vector_env("llmgym/FrozenLake-v1", 2, backend="jax", bump_penalty=-0.1)
     venv = make_vector_env("llmgym/FrozenLake-v0", 2, backend="jax", render_mode="ansi")
     try:
         venv.reset(seed=0)

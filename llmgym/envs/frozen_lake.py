@@ -49,7 +49,9 @@ class FrozenLakeEnv(TextEnv):
     ## Rewards
     ``1`` for reaching the goal, ``0`` otherwise; ``invalid_penalty`` (default ``-0.1``) for a
     turn with no parseable action, an unknown action name, or too many actions. A move into
-    the lake's edge is valid but not effective (the player stays; reward 0).
+    the lake's edge is valid but not effective (the player stays; reward ``bump_penalty``,
+    default 0). A penalty there is a turn-level reward for training: under greedy play a
+    Markov policy that bumps into the edge repeats the same observation until truncation.
 
     ## Episode End
     Terminated on reaching the goal (``info["success"]`` True) or falling into a hole, or after
@@ -65,6 +67,8 @@ class FrozenLakeEnv(TextEnv):
     - ``max_turns``: turns before truncation. Default ``4 * size``.
     - ``grid``: ``"compact"`` (v0: ``P__O``) or ``"spaced"`` (v1: ``P _ _ O``).
     - ``coordinates``: add the player's row and column under the map (v1). Default False.
+    - ``bump_penalty``: reward of a valid turn that leaves the player where it was (a move
+      into the edge). Default 0; success and the maps do not depend on it.
     - ``invalid_penalty``, ``max_invalid_actions``, ``render_mode``, ``action_parser``: see
       :class:`llmgym.core.TextEnv`.
 
@@ -94,6 +98,7 @@ class FrozenLakeEnv(TextEnv):
         max_turns: int | None = None,
         grid: Literal["compact", "spaced"] = "compact",
         coordinates: bool = False,
+        bump_penalty: float = 0.0,
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
@@ -122,6 +127,7 @@ class FrozenLakeEnv(TextEnv):
         self.max_actions_per_turn = max_actions_per_turn
         self.grid = grid
         self.coordinates = coordinates
+        self.bump_penalty = float(bump_penalty)
         self._rows: list[str] = []
         self._board = ""  # the map in observation symbols, rows joined by newlines, without the player
         self._views: dict[tuple[int, int], str] = {}  # the board with the player, by position
@@ -181,8 +187,9 @@ class FrozenLakeEnv(TextEnv):
             if cell in "HG":
                 return self._finish(cell, start)
         moved = self._position != start
-        feedback = MOVED if moved else BUMPED
-        return Outcome(f"{feedback}\n{self._observe()}", effective=moved)
+        if moved:
+            return Outcome(f"{MOVED}\n{self._observe()}")
+        return Outcome(f"{BUMPED}\n{self._observe()}", reward=self.bump_penalty, effective=False)
 
     def _observe(self) -> str:
         view = self._views.get(self._position)

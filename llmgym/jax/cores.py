@@ -44,6 +44,11 @@ def core_for_env(env: gym.Env[Any, Any]) -> GridCore:
             f"JAX cores play one move a turn; got max_actions_per_turn={text_env.max_actions_per_turn}. "
             "Drop that option, or use another backend (e.g. backend='inline')."
         )
+    if isinstance(text_env, FrozenLakeEnv) and text_env.bump_penalty:
+        raise InvalidOptionError(
+            f"The JAX FrozenLake core gives a move into the edge reward 0; got bump_penalty={text_env.bump_penalty}. "
+            "Drop that option, or use another backend (e.g. backend='inline')."
+        )
     rules = {
         "max_turns": text_env.max_turns,
         "invalid_penalty": text_env.invalid_penalty,
