@@ -72,11 +72,17 @@ LAKE_3X3 = {"size": 3, "frozen_probability": 0.65, "max_turns": 6, "action_parse
 
 
 def _lakes_3x3() -> list[str]:
-    """The ``3x3`` recipe's training mixture (2x2 lakes for a first success, then 3x3) and eval levels."""
-    lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient"}
+    """The ``3x3`` recipe's training mixture (2x2 lakes for a first success, then 3x3) and eval levels.
+
+    Training lakes cost a move into the edge 0.1 (``bump_penalty``): greedy play of a policy that
+    has learnt a Down/Right mix otherwise walks into the bottom edge until the turns run out
+    (one run each: 0% -> 0% without it, 0% -> 12.5% with it, ``benchmarks/results/recipe_trials``).
+    """
+    lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1}
+    lake_3x3 = {**LAKE_3X3, "bump_penalty": -0.1}
     train = [
         {"id": "llmgym/FrozenLake-v1", "name": "lake-2x2", "n_groups": 1, "options": lake_2x2},
-        {"id": "llmgym/FrozenLake-v1", "name": "lake-3x3", "n_groups": 3, "options": LAKE_3X3},
+        {"id": "llmgym/FrozenLake-v1", "name": "lake-3x3", "n_groups": 3, "options": lake_3x3},
     ]
     evaluation = [{"id": "llmgym/FrozenLake-v1", "name": "lake-3x3", "options": LAKE_3X3}]
     return [f"train_envs={json.dumps(train)}", f"eval_envs={json.dumps(evaluation)}", "eval.use_eval_set=false"]
@@ -157,6 +163,8 @@ def main() -> int:
             "eval_success_before": before, "eval_success_after": after, "steps": summary.step,
             "minutes": round(minutes, 2), "minutes_budget": args.minutes, "eval_levels": config.eval.levels,
             "eval_env": spec.label, "eval_options": dict(spec.options), "overrides": args.overrides,
+            "train_envs": [{"name": env.name, "n_groups": env.n_groups, "options": env.options}
+                           for env in config.train_envs],
             "load_average_start": load_start, "load_average_end": list(os.getloadavg()),
         }
         print(f"recorded in {record_run(args.recipe, run, baselines)}")
