@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, SupportsFloat
@@ -50,34 +49,13 @@ from llmgym.parsing import (
     extract_boxed,
     lenient_parser,
 )
-
-#: Every printable ASCII character plus newline and tab: the charset of all llmgym Text spaces.
-CHARSET = "".join(chr(code) for code in range(32, 127)) + "\n\t"
-#: Upper bound on an observation's length; longer text is cut (and marked) by the core.
-MAX_OBSERVATION_LENGTH = 8192
-#: Upper bound on an action in the action space. Longer actions are still accepted (parsed
-#: like any other), they are only outside what ``action_space.sample()`` draws.
-MAX_ACTION_LENGTH = 8192
-
-_OUTSIDE_CHARSET = re.compile(r"[^\x20-\x7e\n\t]")
-_TRUNCATION_MARK = "\n[...truncated]"
-
-
-def to_charset(text: str, max_length: int = MAX_OBSERVATION_LENGTH) -> str:
-    """``text`` with characters outside :data:`CHARSET` replaced by ``?`` and cut to ``max_length``."""
-    if _OUTSIDE_CHARSET.search(text) is not None:
-        text = _OUTSIDE_CHARSET.sub("?", text)
-    if len(text) > max_length:
-        text = text[: max_length - len(_TRUNCATION_MARK)] + _TRUNCATION_MARK
-    return text
-
-
-def text_space(max_length: int) -> spaces.Text:
-    """A :class:`gymnasium.spaces.Text` over :data:`CHARSET` with lengths ``0..max_length``."""
-    # A Text whose batches in AsyncVectorEnv's shared memory are read live (Gymnasium's are not).
-    from llmgym.vector.shared_text import SharedText
-
-    return SharedText(max_length=max_length, min_length=0, charset=CHARSET)
+from llmgym.spaces import (  # noqa: F401 - CHARSET and the length bounds are re-exported
+    CHARSET,
+    MAX_ACTION_LENGTH,
+    MAX_OBSERVATION_LENGTH,
+    text_space,
+    to_charset,
+)
 
 
 class Outcome:
