@@ -41,6 +41,7 @@ from llmgym_train.batching import Batch, collate, with_advantages
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
+from llmgym_train.eval.levels import eval_starts
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
@@ -399,12 +400,7 @@ class Trainer:
         if self.config.eval.disabled:
             return {}
         self.log.status(f"step {self.step}: evaluating")
-        starts: list[EpisodeStart] = []
-        labels: list[str] = []
-        for spec in self.config.validation_envs:
-            for seed, options in eval_levels(spec.id, self.config.eval.levels, self.config.eval.use_eval_set):
-                starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
-                labels.append(spec.label)
+        starts, labels = eval_starts(self.config.validation_envs, self.config.eval.levels, self.config.eval.use_eval_set)
         max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
         sampling = SamplingSpec(max_tokens=max_tokens, temperature=0.0, allowed_token_ids=self.choice_ids)
         trajectories, _ = self._play(starts, sampling, None)
@@ -515,19 +511,6 @@ def _records_covered(state: dict[str, Any], output: Path) -> int:
         except json.JSONDecodeError:  # the last line, cut off by the kill
             break
     return covered
-
-
-def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
-    """``(seed, reset options)`` of the first ``count`` frozen eval levels of ``env_id``.
-
-    An env without a frozen eval set (a user's own env), or one whose options change its
-    levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
-    """
-    from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
-
-    if not use_eval_set or not has_eval_set(env_id):
-        return [(EVAL_SEED_BASE + index, None) for index in range(count)]
-    return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
 
 
 def _seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:

@@ -1,10 +1,12 @@
-"""The project's shape: which part may import which."""
+"""The project's shape: which part may import which, and what the wheel installs."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +53,28 @@ def test_import_llmgym_and_make_leave_the_vector_package_unloaded() -> None:
     )
     assert result.returncode == 0, result.stderr
 
+
+def test_the_wheel_installs_llmgym_and_llmgym_train_only(tmp_path: Path) -> None:
+    """No top-level ``benchmarks`` (or any other name) in the wheel: it would shadow a user's own folder.
+
+    The build runs on a copy of the sources, so the checkout gets no ``build/`` or ``*.egg-info``.
+    """
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*cache*",
+                                  ".hypothesis", "runs", "results")
+    shutil.copytree(ROOT, source, ignore=skip)
+    wheels = tmp_path / "wheels"
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), "."],
+        cwd=source, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = wheels.glob("llmgym-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    top_level = {name.split("/", 1)[0] for name in names if "/" in name and ".dist-info/" not in name}
+    assert top_level == {"llmgym", "llmgym_train"}, sorted(top_level)
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    with zipfile.ZipFile(wheel) as archive:
+        scripts = archive.read(entry_points).decode()
+    assert "llmgym-bench = llmgym_train.eval.leaderboard:main" in scripts, scripts
