@@ -127,7 +127,7 @@ def rollout(
             generator's ``max_model_len``).
         max_batch_wait: batch-only generators: longest wait for more requests before a batch.
         env_workers: where the envs live (e.g. Ray actors, see
-            :class:`llmgym_train.distributed.RayEnvWorkers`); ``None``: in this process, each
+            :class:`llmgym_train.envs.RayEnvWorkers`); ``None``: in this process, each
             call on a worker thread.
         tree: play each group as a tree rollout of this shape (see :mod:`llmgym_train.tree`);
             ``None``: every episode is a chain of its own.

@@ -164,14 +164,14 @@ class Trainer:
         distributed = self.config.distributed
         if not (distributed.enabled and distributed.num_env_workers):
             return None
-        from llmgym_train.distributed import RayEnvWorkers
+        from llmgym_train.envs import RayEnvWorkers
 
         return RayEnvWorkers.from_config(distributed)
 
     def _make_generator(self) -> Any:
         rollout = self.config.rollout
         if self.config.distributed.enabled:  # Ray actors, synced now and after each update
-            from llmgym_train.distributed import RolloutEngines
+            from llmgym_train.generation.ray_engines import RolloutEngines
 
             engines = RolloutEngines.from_config(self.config.distributed, rollout.backend, self.model_folder,
                                                  max_model_len=rollout.max_model_len, seed=self.config.seed)
