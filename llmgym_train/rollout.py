@@ -27,10 +27,11 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from llmgym_train.agents import AgentConfig, AsyncEnv, EnvTimer, EpisodeStart, GenerationRequest, get_agent
-from llmgym_train.agents.base import BackendEnv
+from llmgym_train.agents import AgentConfig, GenerationRequest, get_agent
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
+from llmgym_train.envs import AsyncEnv, BackendEnv, EnvTimer
+from llmgym_train.episode import EpisodeStart
 from llmgym_train.generation.base import Completion, Generator, StreamingGenerator
 from llmgym_train.tree import TreeRollout, TreeShape
 

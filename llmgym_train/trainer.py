@@ -35,12 +35,13 @@ import numpy as np
 import torch
 
 from llmgym.error import InvalidOptionError
-from llmgym_train.agents import AgentConfig, EpisodeStart
+from llmgym_train.agents import AgentConfig
 from llmgym_train.algorithms import group_variance_keep
 from llmgym_train.batching import Batch, collate, with_advantages
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
+from llmgym_train.episode import EpisodeStart
 from llmgym_train.eval.levels import eval_starts
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, route_library_logs

@@ -34,9 +34,10 @@ from typing import Any, Protocol
 import torch
 
 from llmgym.error import InvalidOptionError
-from llmgym_train.agents import Agent, ChainAgent, EpisodeStart, GenerationRequest, TrajectoryBuilder, get_agent
+from llmgym_train.agents import Agent, ChainAgent, GenerationRequest, get_agent
 from llmgym_train.algorithms.tree import tree_advantages
 from llmgym_train.data import Sample, SampleLayout, Trajectory, make_samples
+from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
 
 

@@ -7,8 +7,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
-from llmgym_train.agents.base import Agent, AsyncEnv, EpisodeStart, GenerationRequest, TrajectoryBuilder
+from llmgym_train.agents.base import Agent, GenerationRequest
 from llmgym_train.data import Trajectory
+from llmgym_train.envs import AsyncEnv
+from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
 
 

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from llmgym.error import InvalidOptionError
-from llmgym_train.agents.base import AsyncEnv, EpisodeStart, GenerationRequest, TrajectoryBuilder
+from llmgym_train.agents.base import GenerationRequest
 from llmgym_train.agents.chain import ChainAgent
 from llmgym_train.data import EndReason, Trajectory
+from llmgym_train.envs import AsyncEnv
+from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
 
 SEATS = ("player_0", "player_1")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
 
 if TYPE_CHECKING:
-    from llmgym_train.agents import EpisodeStart
     from llmgym_train.config import EnvSpec
+    from llmgym_train.episode import EpisodeStart
 
 
 def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
@@ -31,7 +31,7 @@ def eval_starts(
     Each episode is its own group (an evaluation compares nothing within a group), and plays
     its level through reset options where the env has a frozen eval set (see :func:`eval_levels`).
     """
-    from llmgym_train.agents import EpisodeStart  # the trainer's side: torch is loaded by then
+    from llmgym_train.episode import EpisodeStart  # the trainer's side: torch is loaded by then
 
     starts: list[EpisodeStart] = []
     labels: list[str] = []
