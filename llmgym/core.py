@@ -27,7 +27,7 @@ import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -147,15 +147,35 @@ def _reject_unknown_options(init: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(init)
     def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        for name in kwargs:
-            if name not in parameters:
-                raise UnknownOptionError(
-                    f"{type(self).__name__} has no option {name!r}.{did_you_mean(name, valid)} "
-                    f"Valid options: {', '.join(sorted(valid))}."
-                )
+        _check_option_names(type(self).__name__, kwargs, valid)
         init(self, *args, **kwargs)
 
     return checked_init
+
+
+_Made = TypeVar("_Made")
+
+
+def checked_options(make: Callable[..., _Made]) -> Callable[..., _Made]:
+    """Wrap an env factory (an entry point that is a function) so an unknown keyword fails as a
+    :class:`TextEnv`'s does: with the valid names and a suggestion."""
+    valid = list(inspect.signature(make).parameters)
+
+    @functools.wraps(make)
+    def checked_make(*args: Any, **kwargs: Any) -> _Made:
+        _check_option_names(make.__name__, kwargs, valid)
+        return make(*args, **kwargs)
+
+    return checked_make
+
+
+def _check_option_names(owner: str, given: dict[str, Any], valid: list[str]) -> None:
+    for name in given:
+        if name not in valid:
+            raise UnknownOptionError(
+                f"{owner} has no option {name!r}.{did_you_mean(name, valid)} "
+                f"Valid options: {', '.join(sorted(valid))}."
+            )
 
 
 class TextEnv(gym.Env[str, str]):
@@ -461,7 +481,12 @@ class TextEnv(gym.Env[str, str]):
         Generating from this seed (rather than from ``np_random`` directly) makes every level
         reproducible from one integer, which reset ``info`` reports as ``seed``.
         """
-        return int(self.np_random.integers(0, 2**63 - 1))
+        return draw_level_seed(self.np_random)
+
+
+def draw_level_seed(np_random: np.random.Generator) -> int:
+    """A seed for a level generator, drawn from an env's ``np_random`` (see :func:`level_rng`)."""
+    return int(np_random.integers(0, 2**63 - 1))
 
 
 @functools.lru_cache(maxsize=4096)
