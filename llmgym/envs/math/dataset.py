@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -136,6 +137,16 @@ class DatasetProblems:
     def draw(self, np_random: np.random.Generator, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
         index = int(np_random.integers(len(self.problems)))
         return self.problems[index], {"level_id": index}
+
+    # A sequence of its problems, as the env's ``problems`` has always been for dataset envs.
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self.problems)
+
+    def __getitem__(self, index: int) -> Problem:
+        return self.problems[index]
 
 
 @checked_options
