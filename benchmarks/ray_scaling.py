@@ -7,7 +7,7 @@ Two figures, each as a ratio "2 actors over 1 actor" measured in the same run:
   actors; one ``reset`` of all 256 is one unit of work, timed after a warm-up, median of
   ``--repeats``, the two configurations alternating.
 * rollout tokens/s: multi-turn Sokoban episodes played by SmolLM2-135M-Instruct through
-  :class:`~llmgym_train.distributed.RolloutEngines` with 1 engine (both CPUs) and with 2
+  :class:`~llmgym_train.generation.ray_engines.RolloutEngines` with 1 engine (both CPUs) and with 2
   engines (one CPU each), their rollouts alternating: generated tokens over the rollout's wall
   time. The weight-sync time of the full model into all engines (object-store path) is
   reported beside it.
@@ -74,8 +74,8 @@ def rollout_figures(backend: str, episodes: int, repeats: int) -> dict[int, dict
 
     from llmgym_train.agents import AgentConfig
     from llmgym_train.chat import ChatTokens
-    from llmgym_train.distributed import RolloutEngines
     from llmgym_train.generation import SamplingSpec
+    from llmgym_train.generation.ray_engines import RolloutEngines
     from llmgym_train.models import resolve_model
     from llmgym_train.rollout import EnvMix, group_episodes, rollout
 

@@ -60,13 +60,14 @@ def episode_sample(context: int, vocab: int, seed: int, episode: int, group: int
     logprobs = [-1.0 if mask else 0.0 for mask in loss_mask]
     return Sample(
         token_ids=token_ids, loss_mask=loss_mask, behavior_logprobs=logprobs, token_rewards=[0.0] * context,
-        reward=reward, episode_return=reward, success=reward > 0, valid=True, truncated=True, group_id=group,
-        episode_index=episode, turn_index=None, num_turns=context // (GENERATED_PER_TURN + OBSERVATION_TOKENS),
+        reward=reward, episode_return=reward, success=reward > 0, actions_valid=True, cut_off=False, truncated=True,
+        group_id=group, episode_index=episode, turn_index=None, num_turns=context // (GENERATED_PER_TURN + OBSERVATION_TOKENS),
     )
 
 
 def _batch(samples: list[Any], pad_token_id: int, config: Any) -> Any:
-    from llmgym_train.batching import collate, with_advantages
+    from llmgym_train.algorithms import with_advantages
+    from llmgym_train.batching import collate
 
     batch = collate(samples, pad_token_id)
     batch.old_logprobs = None  # the trainer's single on-policy update: its own forward gives the ratio's anchor

@@ -25,10 +25,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -50,34 +49,13 @@ from llmgym.parsing import (
     extract_boxed,
     lenient_parser,
 )
-
-#: Every printable ASCII character plus newline and tab: the charset of all llmgym Text spaces.
-CHARSET = "".join(chr(code) for code in range(32, 127)) + "\n\t"
-#: Upper bound on an observation's length; longer text is cut (and marked) by the core.
-MAX_OBSERVATION_LENGTH = 8192
-#: Upper bound on an action in the action space. Longer actions are still accepted (parsed
-#: like any other), they are only outside what ``action_space.sample()`` draws.
-MAX_ACTION_LENGTH = 8192
-
-_OUTSIDE_CHARSET = re.compile(r"[^\x20-\x7e\n\t]")
-_TRUNCATION_MARK = "\n[...truncated]"
-
-
-def to_charset(text: str, max_length: int = MAX_OBSERVATION_LENGTH) -> str:
-    """``text`` with characters outside :data:`CHARSET` replaced by ``?`` and cut to ``max_length``."""
-    if _OUTSIDE_CHARSET.search(text) is not None:
-        text = _OUTSIDE_CHARSET.sub("?", text)
-    if len(text) > max_length:
-        text = text[: max_length - len(_TRUNCATION_MARK)] + _TRUNCATION_MARK
-    return text
-
-
-def text_space(max_length: int) -> spaces.Text:
-    """A :class:`gymnasium.spaces.Text` over :data:`CHARSET` with lengths ``0..max_length``."""
-    # A Text whose batches in AsyncVectorEnv's shared memory are read live (Gymnasium's are not).
-    from llmgym.vector.shared_text import SharedText
-
-    return SharedText(max_length=max_length, min_length=0, charset=CHARSET)
+from llmgym.spaces import (  # noqa: F401 - CHARSET and the length bounds are re-exported
+    CHARSET,
+    MAX_ACTION_LENGTH,
+    MAX_OBSERVATION_LENGTH,
+    text_space,
+    to_charset,
+)
 
 
 class Outcome:
@@ -169,15 +147,35 @@ def _reject_unknown_options(init: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(init)
     def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        for name in kwargs:
-            if name not in parameters:
-                raise UnknownOptionError(
-                    f"{type(self).__name__} has no option {name!r}.{did_you_mean(name, valid)} "
-                    f"Valid options: {', '.join(sorted(valid))}."
-                )
+        _check_option_names(type(self).__name__, kwargs, valid)
         init(self, *args, **kwargs)
 
     return checked_init
+
+
+_Made = TypeVar("_Made")
+
+
+def checked_options(make: Callable[..., _Made]) -> Callable[..., _Made]:
+    """Wrap an env factory (an entry point that is a function) so an unknown keyword fails as a
+    :class:`TextEnv`'s does: with the valid names and a suggestion."""
+    valid = list(inspect.signature(make).parameters)
+
+    @functools.wraps(make)
+    def checked_make(*args: Any, **kwargs: Any) -> _Made:
+        _check_option_names(make.__name__, kwargs, valid)
+        return make(*args, **kwargs)
+
+    return checked_make
+
+
+def _check_option_names(owner: str, given: dict[str, Any], valid: list[str]) -> None:
+    for name in given:
+        if name not in valid:
+            raise UnknownOptionError(
+                f"{owner} has no option {name!r}.{did_you_mean(name, valid)} "
+                f"Valid options: {', '.join(sorted(valid))}."
+            )
 
 
 class TextEnv(gym.Env[str, str]):
@@ -483,7 +481,12 @@ class TextEnv(gym.Env[str, str]):
         Generating from this seed (rather than from ``np_random`` directly) makes every level
         reproducible from one integer, which reset ``info`` reports as ``seed``.
         """
-        return int(self.np_random.integers(0, 2**63 - 1))
+        return draw_level_seed(self.np_random)
+
+
+def draw_level_seed(np_random: np.random.Generator) -> int:
+    """A seed for a level generator, drawn from an env's ``np_random`` (see :func:`level_rng`)."""
+    return int(np_random.integers(0, 2**63 - 1))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 NAMESPACE = "llmgym"
 
@@ -28,6 +29,11 @@ class EnvEntry:
         return f"{NAMESPACE}/{self.name}"
 
 
+#: Where llmgym's vector env is built. Named, like an env's entry point, rather than imported: the
+#: env core sits below the vector package and must not import it (``import llmgym`` stays free of it).
+VECTOR_ENTRY_POINT = "llmgym.vector:make_vector_env"
+
+
 class VectorCreator:
     """Picklable ``vector_entry_point``: builds llmgym's vector env for one id, lazily imported."""
 
@@ -35,8 +41,7 @@ class VectorCreator:
         self.env_id = env_id
 
     def __call__(self, num_envs: int, **kwargs: Any) -> Any:
-        from llmgym.vector import make_vector_env
-
+        make_vector_env = load_env_creator(VECTOR_ENTRY_POINT)
         return make_vector_env(self.env_id, num_envs=num_envs, **kwargs)
 
     def __repr__(self) -> str:

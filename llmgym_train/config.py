@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import os
 import types
 import typing
@@ -27,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from llmgym.error import InvalidOptionError, UnknownOptionError, did_you_mean
+from llmgym.error import DependencyNotInstalled, InvalidOptionError, UnknownOptionError, did_you_mean
 from llmgym_train.algorithms.losses import KLEstimator, LossAggregation
-from llmgym_train.distributed import DistributedConfig
 
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
@@ -38,6 +38,13 @@ Credit = Literal["episode", "gigpo", "tree"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
+#: How new weights reach Ray rollout engines.
+TransportName = Literal["object_store", "nccl"]
+TRANSPORTS: tuple[str, ...] = get_args(TransportName)
+RAY_INSTALL_HINT = (
+    'distributed.ray_address={address!r} needs Ray; run `pip install "llmgym[ray]"` '
+    "(or set distributed.ray_address=local)."
+)
 
 
 def _check_choice(section: str, name: str, value: Any, allowed: Any) -> None:
@@ -59,6 +66,11 @@ def _check_range(section: str, name: str, value: float, low: float | None, high:
             f"{section}.{name} must be in {bracket}{'-inf' if low is None else low}, "
             f"{'inf' if high is None else high}]; got {value!r}."
         )
+
+
+def _check_at_least(section: str, name: str, value: float, low: float) -> None:
+    if value < low:
+        raise InvalidOptionError(f"{section}.{name} must be >= {low}; got {value}.")
 
 
 def check_env_id(env_id: str) -> None:
@@ -403,6 +415,78 @@ class ModelConfig:
         _check_choice("model_options", "dtype", self.dtype, DType)
         _check_choice("model_options", "autocast", self.autocast, Autocast)
         _check_range("model_options", "lora_rank", self.lora_rank, 1)
+
+
+@dataclass
+class DistributedConfig:
+    """Where rollouts run: this process (``local``) or Ray actors on a cluster.
+
+    On Ray, the rollout's envs live in env actors (the vector env's Ray backend, through
+    :class:`llmgym_train.envs.RayEnvWorkers`) and generation in rollout engines
+    (:class:`llmgym_train.generation.ray_engines.RolloutEngines`). ``local`` never imports Ray.
+    """
+
+    #: ``local``: no Ray, everything in this process. ``auto``: join the cluster this machine
+    #: belongs to (``ray start`` ran here). Or an address: ``HOST:6379`` or ``ray://HOST:10001``.
+    ray_address: str = "local"
+    #: Ray actors that host the rollout's envs (``RayEnvWorkers``), and a vector env's
+    #: sub-envs (see :meth:`vector_env_options`); 0 keeps the envs in the trainer's process.
+    num_env_workers: int = 1
+    #: Generators, one per Ray actor; each serves a share of every batch of requests.
+    num_rollout_engines: int = 1
+    #: CPUs Ray reserves for each env actor.
+    env_worker_cpus: float = 1.0
+    #: CPUs Ray reserves for each rollout engine (vLLM on CPU uses that many threads).
+    engine_cpus: float = 1.0
+    #: GPUs per rollout engine: 1 gives each engine a GPU, 0.5 packs two engines per GPU.
+    engine_gpus: float = 0.0
+    #: How new weights reach the engines: ``object_store`` (CPU) or ``nccl`` (GPU to GPU).
+    weight_transport: TransportName = "object_store"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ray_address, str) or not self.ray_address:
+            raise InvalidOptionError(
+                f"distributed.ray_address must be 'local', 'auto' or a cluster address such as "
+                f"'10.0.0.1:6379'; got {self.ray_address!r}."
+            )
+        _check_at_least("distributed", "num_env_workers", self.num_env_workers, 0)
+        _check_at_least("distributed", "num_rollout_engines", self.num_rollout_engines, 1)
+        for name in ("env_worker_cpus", "engine_cpus", "engine_gpus"):
+            _check_at_least("distributed", name, getattr(self, name), 0)
+        _check_choice("distributed", "weight_transport", self.weight_transport, TransportName)
+        if self.enabled and not ray_installed():
+            raise DependencyNotInstalled(RAY_INSTALL_HINT.format(address=self.ray_address))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether rollouts run on Ray (any ``ray_address`` but ``local``)."""
+        return self.ray_address != "local"
+
+    @property
+    def address(self) -> str | None:
+        """The address for ``ray.init`` (``None``: start or find one from ``RAY_ADDRESS``)."""
+        return None if self.ray_address == "local" else self.ray_address
+
+    def vector_env_options(self) -> dict[str, Any]:
+        """Keyword arguments that put a vector env's sub-envs on the env workers (none when local).
+
+        ``make_vector_env(env_id, n, **config.distributed.vector_env_options())``, for env-heavy
+        scripts (evaluation, data generation) on the same cluster as a training run.
+        """
+        if not self.enabled or not self.num_env_workers:
+            return {}
+        from llmgym.vector.ray_backend import RayEnvBackend
+
+        return {"backend": RayEnvBackend(num_cpus=self.env_worker_cpus, address=self.address),
+                "num_workers": self.num_env_workers}
+
+
+def ray_installed() -> bool:
+    """Whether ``import ray`` can work, without importing it (checked at config load)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @dataclass

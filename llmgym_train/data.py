@@ -169,7 +169,8 @@ class Sample:
         reward: the turn's reward (``turn`` layout) or the episode's return (``sequence`` layout).
         episode_return: undiscounted return of the whole episode.
         success: the episode's success.
-        valid: the trained turn(s) parsed to legal actions and ended with end-of-turn.
+        actions_valid: every trained turn parsed to a legal action.
+        cut_off: some trained turn was cut at the token limit before its end-of-turn.
         truncated: the episode ended without reaching a terminal state.
         group_id: episodes on the same level share it (GRPO groups).
         episode_index: the trajectory this sample came from.
@@ -189,7 +190,8 @@ class Sample:
     reward: float
     episode_return: float
     success: bool
-    valid: bool
+    actions_valid: bool
+    cut_off: bool
     truncated: bool
     group_id: int
     episode_index: int
@@ -198,6 +200,11 @@ class Sample:
     state_key: Any = None
     step_return: float = 0.0
     advantage: float | None = None
+
+    @property
+    def valid(self) -> bool:
+        """Not void: what :func:`~llmgym_train.algorithms.filters.void_turn_keep` keeps."""
+        return self.actions_valid and not self.cut_off
 
 
 def make_samples(
@@ -244,7 +251,8 @@ def _sequence_sample(trajectory: Trajectory) -> Sample:
         reward=trajectory.episode_return,
         episode_return=trajectory.episode_return,
         success=trajectory.success,
-        valid=trajectory.valid,
+        actions_valid=all(turn.action_is_valid for turn in trajectory.turns),
+        cut_off=any(turn.finish_reason == "length" for turn in trajectory.turns),
         truncated=trajectory.truncated,
         group_id=trajectory.group_id,
         episode_index=trajectory.episode_index,
@@ -285,7 +293,8 @@ def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None, 
         reward=turn.reward,
         episode_return=trajectory.episode_return,
         success=trajectory.success,
-        valid=turn.action_is_valid and turn.finish_reason == "stop",
+        actions_valid=turn.action_is_valid,
+        cut_off=turn.finish_reason == "length",
         truncated=trajectory.truncated,
         group_id=trajectory.group_id,
         episode_index=trajectory.episode_index,

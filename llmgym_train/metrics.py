@@ -1,7 +1,9 @@
 """Where a run's numbers go: ``metrics.jsonl``, TensorBoard events, a progress bar, a curve PNG.
 
 :class:`RunLog` is the only writer; the trainer hands it one flat dict per step (and one per
-evaluation) and never formats anything itself.
+evaluation) and never formats anything itself. :func:`episode_figures` computes the episode
+figures (success, return, turns, invalid actions, tokens) for the trainer's metrics and the
+rollout's report alike.
 """
 
 from __future__ import annotations
@@ -12,8 +14,14 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from llmgym_train.data import Trajectory
 
 CURVE_FILE = "learning_curve.png"
 METRICS_FILE = "metrics.jsonl"
@@ -21,6 +29,54 @@ TENSORBOARD_FOLDER = "tensorboard"
 #: vLLM's, transformers' and Python warnings' log lines of a run, kept out of the console.
 LOG_FILE = "run.log"
 _LIBRARY_LOGGERS = ("vllm", "transformers", "torch", "ray", "py.warnings")
+
+
+# ---------------------------------------------------------------------- episode figures
+def episode_figures(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The figures every report of episodes gives, the one place they are computed.
+
+    ``success_rate``, ``mean_return``, ``mean_turns``, ``invalid_action_rate`` (per turn) and
+    ``generated_tokens``; all 0 for no episodes.
+    """
+    if not trajectories:
+        return {"success_rate": 0.0, "mean_return": 0.0, "mean_turns": 0.0, "invalid_action_rate": 0.0,
+                "generated_tokens": 0}
+    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
+    return {
+        "success_rate": float(np.mean([t.success for t in trajectories])),
+        "mean_return": float(np.mean([t.episode_return for t in trajectories])),
+        "mean_turns": float(np.mean([len(t.turns) for t in trajectories])),
+        "invalid_action_rate": float(np.mean([not turn.action_is_valid for turn in turns])) if turns else 0.0,
+        "generated_tokens": int(sum(t.num_generated_tokens for t in trajectories)),
+    }
+
+
+def episode_metrics(trajectories: Sequence[Trajectory], labels: Sequence[str]) -> dict[str, Any]:
+    """The trainer's episode metrics: :func:`episode_figures` overall, per env (``labels[i]``: trajectory i's) and per seat.
+
+    Keys: ``success_rate``, ``reward_mean``, ``turns_mean``, ``invalid_action_rate``,
+    ``generated_tokens``, each also as ``KEY/LABEL``; two-player games (:mod:`llmgym.multiagent`)
+    add ``SEAT/KEY`` for the agent's seat, e.g. ``player_0/reward_mean``.
+    """
+    metrics = _labelled(trajectories, "")
+    for label in sorted(set(labels)):
+        members = [t for t, own in zip(trajectories, labels, strict=True) if own == label]
+        metrics.update(_labelled(members, f"/{label}"))
+    for seat in sorted({str(t.info["agent_seat"]) for t in trajectories if "agent_seat" in t.info}):
+        members = [t for t in trajectories if t.info.get("agent_seat") == seat]
+        metrics.update({f"{seat}/{key}": value for key, value in _labelled(members, "").items()})
+    return metrics
+
+
+#: The trainer's names for :func:`episode_figures` (its metrics files have always used them).
+_TRAINER_NAMES = {"success_rate": "success_rate", "mean_return": "reward_mean", "mean_turns": "turns_mean",
+                  "invalid_action_rate": "invalid_action_rate", "generated_tokens": "generated_tokens"}
+
+
+def _labelled(trajectories: Sequence[Trajectory], suffix: str) -> dict[str, Any]:
+    if not trajectories:
+        return {}
+    return {f"{_TRAINER_NAMES[name]}{suffix}": value for name, value in episode_figures(trajectories).items()}
 
 
 def route_library_logs(path: Path) -> None:

@@ -27,11 +27,13 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from llmgym_train.agents import AgentConfig, AsyncEnv, EnvTimer, EpisodeStart, GenerationRequest, get_agent
-from llmgym_train.agents.base import BackendEnv
+from llmgym_train.agents import AgentConfig, GenerationRequest, get_agent
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
+from llmgym_train.envs import AsyncEnv, BackendEnv, EnvTimer
+from llmgym_train.episode import EpisodeStart
 from llmgym_train.generation.base import Completion, Generator, StreamingGenerator
+from llmgym_train.metrics import episode_figures
 from llmgym_train.tree import TreeRollout, TreeShape
 
 
@@ -127,7 +129,7 @@ def rollout(
             generator's ``max_model_len``).
         max_batch_wait: batch-only generators: longest wait for more requests before a batch.
         env_workers: where the envs live (e.g. Ray actors, see
-            :class:`llmgym_train.distributed.RayEnvWorkers`); ``None``: in this process, each
+            :class:`llmgym_train.envs.RayEnvWorkers`); ``None``: in this process, each
             call on a worker thread.
         tree: play each group as a tree rollout of this shape (see :mod:`llmgym_train.tree`);
             ``None``: every episode is a chain of its own.
@@ -307,6 +309,8 @@ def rollout_metrics(
 ) -> dict[str, float]:
     """Success, return, turns, validity, token and time figures of a rollout, plus per-env success.
 
+    The episode figures are :func:`~llmgym_train.metrics.episode_figures`, as in the trainer's metrics.
+
     Time split: ``time/generation_s`` is spent inside the generator; ``time/env_s`` sums env
     calls over episodes (they run in worker threads, partly beside generation);
     ``time/bookkeeping_s`` is the wall time left after both (agents' token work, queueing;
@@ -314,13 +318,14 @@ def rollout_metrics(
     """
     count = max(len(trajectories), 1)
     turns = [turn for trajectory in trajectories for turn in trajectory.turns]
-    generated = sum(trajectory.num_generated_tokens for trajectory in trajectories)
+    figures = episode_figures(trajectories)
+    generated = figures["generated_tokens"]
     metrics = {
         "episodes": float(len(trajectories)),
-        "success_rate": sum(t.success for t in trajectories) / count,
-        "mean_return": sum(t.episode_return for t in trajectories) / count,
-        "mean_turns": len(turns) / count,
-        "invalid_action_rate": sum(not turn.action_is_valid for turn in turns) / max(len(turns), 1),
+        "success_rate": figures["success_rate"],
+        "mean_return": figures["mean_return"],
+        "mean_turns": figures["mean_turns"],
+        "invalid_action_rate": figures["invalid_action_rate"],
         "cut_turn_rate": sum(turn.finish_reason == "length" for turn in turns) / max(len(turns), 1),
         "context_overflow": float(sum(t.end_reason == "context_overflow" for t in trajectories)),
         "truncated_rate": sum(t.truncated for t in trajectories) / count,
@@ -333,7 +338,7 @@ def rollout_metrics(
         "time/bookkeeping_s": max(seconds - generation_seconds - env_seconds, 0.0),
     }
     for env_id in sorted({t.env_id for t in trajectories}):
-        members = [t for t in trajectories if t.env_id == env_id]
-        metrics[f"env/{env_id}/success_rate"] = sum(t.success for t in members) / len(members)
-        metrics[f"env/{env_id}/mean_return"] = sum(t.episode_return for t in members) / len(members)
+        env_figures = episode_figures([t for t in trajectories if t.env_id == env_id])
+        metrics[f"env/{env_id}/success_rate"] = env_figures["success_rate"]
+        metrics[f"env/{env_id}/mean_return"] = env_figures["mean_return"]
     return metrics

@@ -35,19 +35,21 @@ import numpy as np
 import torch
 
 from llmgym.error import InvalidOptionError
-from llmgym_train.agents import AgentConfig, EpisodeStart
-from llmgym_train.algorithms import group_variance_keep
-from llmgym_train.batching import Batch, collate, with_advantages
+from llmgym_train.agents import AgentConfig
+from llmgym_train.algorithms import group_variance_keep, void_turn_keep, with_advantages
+from llmgym_train.batching import Batch, collate
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
+from llmgym_train.episode import EpisodeStart
+from llmgym_train.eval.levels import eval_starts
 from llmgym_train.generation import SamplingSpec, make_generator
-from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, route_library_logs
+from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
 from llmgym_train.policy import Policy
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.tree import played_work, tree_samples
-from llmgym_train.update import accumulate_gradients, normalizer, optimizer_step, score_batch, with_signal
+from llmgym_train.update import normalizer, run_epochs, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
 #: Tests set this to ``POINT@STEP`` to SIGKILL the process at that point of that step (see :func:`_kill_point`).
@@ -163,14 +165,14 @@ class Trainer:
         distributed = self.config.distributed
         if not (distributed.enabled and distributed.num_env_workers):
             return None
-        from llmgym_train.distributed import RayEnvWorkers
+        from llmgym_train.envs import RayEnvWorkers
 
         return RayEnvWorkers.from_config(distributed)
 
     def _make_generator(self) -> Any:
         rollout = self.config.rollout
         if self.config.distributed.enabled:  # Ray actors, synced now and after each update
-            from llmgym_train.distributed import RolloutEngines
+            from llmgym_train.generation.ray_engines import RolloutEngines
 
             engines = RolloutEngines.from_config(self.config.distributed, rollout.backend, self.model_folder,
                                                  max_model_len=rollout.max_model_len, seed=self.config.seed)
@@ -270,7 +272,7 @@ class Trainer:
         sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
         trajectories, timing = self._play(starts, sampling, sampling_seed, tree=rollout.tree if rollout.tree.enabled else None)
         timing.update(played_work(trajectories, timing["time/total_s"]))
-        return trajectories, {**_episode_metrics(trajectories, labels), **timing}
+        return trajectories, {**episode_metrics(trajectories, labels), **timing}
 
     def _play(
         self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None, tree: TreeConfig | None = None
@@ -307,9 +309,11 @@ class Trainer:
             metrics["groups_dropped"] = len({t.group_id for t in trajectories}) - len(kept_groups)
             samples = [sample for sample in samples if sample.group_id in kept_groups]
         if loss.filter_void_turns:
-            before = len(samples)
-            samples = [sample for sample in samples if sample.valid]
-            metrics["void_samples_dropped"] = before - len(samples)
+            valid = torch.tensor([sample.actions_valid for sample in samples], dtype=torch.bool)  # (N,)
+            cut_off = torch.tensor([sample.cut_off for sample in samples], dtype=torch.bool)  # (N,)
+            keep = void_turn_keep(valid, cut_off).tolist()
+            metrics["void_samples_dropped"] = len(samples) - sum(keep)
+            samples = [sample for sample, kept in zip(samples, keep, strict=True) if kept]
         return samples, metrics
 
     def _informative_groups(self, trajectories: list[Trajectory]) -> set[int]:
@@ -361,32 +365,15 @@ class Trainer:
             kept = with_signal(batch)
             without_signal = len(batch) - len(kept)
             batch = batch.select(kept)
-        size = config.optim.minibatch_size or max(len(batch), 1)
-        totals: dict[str, float] = {}
-        updates, non_finite = 0, False
-        for _ in range(config.optim.ppo_epochs):
-            order = torch.randperm(len(batch), generator=generator)
-            for start in range(0, len(batch), size):
-                minibatch = batch.select(order[start : start + size])
-                stats = accumulate_gradients(
-                    self.policy, minibatch, config.optim.micro_batch_size, config.loss, config.algo, divisor,
-                    max_tokens=config.update.micro_batch_tokens,
-                )
-                norm = optimizer_step(self.policy, self.optimizer, config.optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
-                if norm is None:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    non_finite = True
-                    continue
-                updates += 1
-                stats["grad_norm"] = norm
-                for name, value in stats.items():
-                    totals[name] = totals.get(name, 0.0) + value
-        self.nan_steps += int(non_finite)
-        self.nan_streak = self.nan_streak + 1 if non_finite else 0
-        means = {name: value / max(updates, 1) for name, value in totals.items()}
+        result = run_epochs(
+            self.policy, self.optimizer, batch, optim=config.optim, loss=config.loss, algo=config.algo,
+            generator=generator, divisor=divisor, max_tokens=config.update.micro_batch_tokens,
+        )
+        self.nan_steps += int(result.non_finite)
+        self.nan_streak = self.nan_streak + 1 if result.non_finite else 0
         return {
-            **means, "updates": updates, "skipped_non_finite": int(non_finite), "nan_steps_total": self.nan_steps,
-            "samples_without_signal": without_signal,
+            **result.means, "updates": result.updates, "skipped_non_finite": int(result.non_finite),
+            "nan_steps_total": self.nan_steps, "samples_without_signal": without_signal,
         }
 
     def _sync_weights(self) -> None:
@@ -399,16 +386,11 @@ class Trainer:
         if self.config.eval.disabled:
             return {}
         self.log.status(f"step {self.step}: evaluating")
-        starts: list[EpisodeStart] = []
-        labels: list[str] = []
-        for spec in self.config.validation_envs:
-            for seed, options in eval_levels(spec.id, self.config.eval.levels, self.config.eval.use_eval_set):
-                starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
-                labels.append(spec.label)
+        starts, labels = eval_starts(self.config.validation_envs, self.config.eval.levels, self.config.eval.use_eval_set)
         max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
         sampling = SamplingSpec(max_tokens=max_tokens, temperature=0.0, allowed_token_ids=self.choice_ids)
         trajectories, _ = self._play(starts, sampling, None)
-        metrics = _episode_metrics(trajectories, labels)
+        metrics = episode_metrics(trajectories, labels)
         self.log.log(self.step, "eval", metrics)
         self.last_eval_step = self.step
         return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in self.config.validation_envs}
@@ -517,47 +499,9 @@ def _records_covered(state: dict[str, Any], output: Path) -> int:
     return covered
 
 
-def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
-    """``(seed, reset options)`` of the first ``count`` frozen eval levels of ``env_id``.
-
-    An env without a frozen eval set (a user's own env), or one whose options change its
-    levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
-    """
-    from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
-
-    if not use_eval_set or not has_eval_set(env_id):
-        return [(EVAL_SEED_BASE + index, None) for index in range(count)]
-    return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
-
-
 def _seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:
     """``count`` seeds for (run seed, step, stream): the same in every process and after a resume."""
     return np.random.SeedSequence([seed, step, stream]).generate_state(count, dtype=np.uint64) % (2**63 - 1)
-
-
-def _episode_metrics(trajectories: list[Trajectory], labels: list[str]) -> dict[str, Any]:
-    """Success rate, mean return, turns, invalid-action rate and tokens, overall and per env (``labels[i]``: trajectory i's)."""
-    metrics = _summary(trajectories, "")
-    for label in sorted(set(labels)):
-        metrics.update(_summary([t for t, own in zip(trajectories, labels, strict=True) if own == label], f"/{label}"))
-    # Two-player games report the agent's seat (llmgym.multiagent): metrics per seat, e.g. player_0/reward_mean.
-    for seat in sorted({str(t.info["agent_seat"]) for t in trajectories if "agent_seat" in t.info}):
-        members = [t for t in trajectories if t.info.get("agent_seat") == seat]
-        metrics.update({f"{seat}/{key}": value for key, value in _summary(members, "").items()})
-    return metrics
-
-
-def _summary(trajectories: list[Trajectory], suffix: str) -> dict[str, Any]:
-    if not trajectories:
-        return {}
-    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
-    return {
-        f"success_rate{suffix}": float(np.mean([t.success for t in trajectories])),
-        f"reward_mean{suffix}": float(np.mean([t.episode_return for t in trajectories])),
-        f"turns_mean{suffix}": float(np.mean([len(t.turns) for t in trajectories])),
-        f"invalid_action_rate{suffix}": float(np.mean([not turn.action_is_valid for turn in turns])) if turns else 0.0,
-        f"generated_tokens{suffix}": int(sum(t.num_generated_tokens for t in trajectories)),
-    }
 
 
 __all__ = ["RunSummary", "Trainer"]

@@ -34,9 +34,11 @@ from typing import Any, Protocol
 import torch
 
 from llmgym.error import InvalidOptionError
-from llmgym_train.agents import Agent, ChainAgent, EpisodeStart, GenerationRequest, TrajectoryBuilder, get_agent
+from llmgym_train.agents import Agent, GenerationRequest, get_agent
+from llmgym_train.agents.chain import play_turns, plays_chain
 from llmgym_train.algorithms.tree import tree_advantages
 from llmgym_train.data import Sample, SampleLayout, Trajectory, make_samples
+from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
 
 
@@ -60,18 +62,14 @@ def check_tree_agent(name: str) -> None:
     """Raise :class:`InvalidOptionError` unless agent ``name`` plays ``chain``'s loop (what tree rollouts replay)."""
     from llmgym_train.agents import agent_names
 
-    if _plays_chain(get_agent(name)):
+    if plays_chain(get_agent(name)):
         return
-    fits = [agent for agent in agent_names() if _plays_chain(get_agent(agent))]
+    fits = [agent for agent in agent_names() if plays_chain(get_agent(agent))]
     raise InvalidOptionError(
         f"Tree rollouts replay the chain loop (observation -> completion -> env step) from env snapshots; "
         f"agent {name!r} plays an episode its own way. Use one of: {', '.join(fits)}, or drop "
         "rollout.tree.branch_turns."
     )
-
-
-def _plays_chain(cls: type[Agent]) -> bool:
-    return issubclass(cls, ChainAgent) and cls.collect_trajectory is ChainAgent.collect_trajectory
 
 
 def plan_tree(budget: int, branch_turns: Sequence[int], branches: int) -> list[TreeSlot]:
@@ -137,7 +135,7 @@ class _TreeGroup:
     async def play(
         self,
         slot: int,
-        agent: ChainAgent,
+        agent: Agent,
         env: Any,
         obs_queue: asyncio.Queue[GenerationRequest | None],
         act_queue: asyncio.Queue[Completion],
@@ -157,8 +155,8 @@ class _TreeGroup:
                 builder = fork.builder_for(start)
                 self.origins[slot] = fork
                 link = (fork.episode, fork.turns)
-            trajectory = await agent.play_turns(
-                builder, env, obs_queue, act_queue, before_turn=lambda grown: self._hand_out(slot, grown, env)
+            trajectory = await play_turns(
+                agent, builder, env, obs_queue, act_queue, before_turn=lambda grown: self._hand_out(slot, grown, env)
             )
             failed = False
         finally:
@@ -220,15 +218,16 @@ class TreeRollout:
         act_queue: asyncio.Queue[Completion],
     ) -> Trajectory:
         """Play episode ``start`` as its slot of its group's tree (called once per episode, concurrently)."""
-        if not _plays_chain(type(agent)):
+        if not plays_chain(type(agent)):
             raise InvalidOptionError(
                 f"Tree rollouts replay the chain loop from env snapshots; {type(agent).__name__} plays an episode its "
-                "own way. Use the chain or markov agent (or a ChainAgent subclass that keeps its collect_trajectory)."
+                "own way. Use the chain or markov agent (or an agent whose collect_trajectory is "
+                "llmgym_train.agents.chain.play_chain)."
             )
         group_id, slot = self._slots[start.episode_index]
         if group_id not in self._groups:  # built inside the running loop (it holds futures)
             self._groups[group_id] = _TreeGroup(self._plans[group_id], self._members[group_id])
-        return await self._groups[group_id].play(slot, agent, env, obs_queue, act_queue)  # type: ignore[arg-type]
+        return await self._groups[group_id].play(slot, agent, env, obs_queue, act_queue)
 
 
 # ---------------------------------------------------------------------- training samples
@@ -371,7 +370,8 @@ def _segment_sample(segment: _Segment, advantage: float) -> Sample:
         reward=sum(turn.reward for turn in turns),
         episode_return=trajectory.episode_return,
         success=trajectory.success,
-        valid=all(turn.action_is_valid and turn.finish_reason == "stop" for turn in turns),
+        actions_valid=all(turn.action_is_valid for turn in turns),
+        cut_off=any(turn.finish_reason == "length" for turn in turns),
         truncated=trajectory.truncated,
         group_id=trajectory.group_id,
         episode_index=trajectory.episode_index,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from llmgym_train.algorithms import aggregate, clipped_surrogate, kl_divergence, value_loss
 from llmgym_train.batching import Batch, token_budget_groups
-from llmgym_train.config import LossConfig
+from llmgym_train.config import LossConfig, OptimConfig
 from llmgym_train.policy import Policy
 
 
@@ -168,3 +169,53 @@ def optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, max_grad_no
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(norm)
+
+
+@dataclass
+class EpochsResult:
+    """What :func:`run_epochs` did: mean stats over applied updates, and how many it applied or skipped."""
+
+    means: dict[str, float]
+    updates: int
+    non_finite: bool
+
+
+def run_epochs(
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    *,
+    optim: OptimConfig,
+    loss: LossConfig,
+    algo: str,
+    generator: torch.Generator,
+    divisor: float | None = None,
+    max_tokens: int = 0,
+) -> EpochsResult:
+    """``optim.ppo_epochs`` passes over ``batch`` in shuffled minibatches, one optimizer step each.
+
+    A minibatch whose loss or gradient is not finite is skipped (its gradients dropped) and
+    reported through ``non_finite``; the others still update. ``generator`` draws each epoch's
+    order, so a seeded run shuffles the same way after a resume.
+    """
+    size = optim.minibatch_size or max(len(batch), 1)
+    totals: dict[str, float] = {}
+    updates, non_finite = 0, False
+    for _ in range(optim.ppo_epochs):
+        order = torch.randperm(len(batch), generator=generator)
+        for start in range(0, len(batch), size):
+            minibatch = batch.select(order[start : start + size])
+            stats = accumulate_gradients(
+                policy, minibatch, optim.micro_batch_size, loss, algo, divisor, max_tokens=max_tokens
+            )
+            norm = optimizer_step(policy, optimizer, optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
+            if norm is None:
+                optimizer.zero_grad(set_to_none=True)
+                non_finite = True
+                continue
+            updates += 1
+            stats["grad_norm"] = norm
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0.0) + value
+    means = {name: value / max(updates, 1) for name, value in totals.items()}
+    return EpochsResult(means, updates, non_finite)

@@ -107,7 +107,7 @@ def eval_level_records(config: TrainConfig) -> list[dict]:
     """The levels the trainer evaluates on (frozen eval set, or eval seeds with the env's options)."""
     import gymnasium as gym
 
-    from llmgym_train.trainer import eval_levels
+    from llmgym_train.eval import eval_levels
 
     spec = config.validation_envs[0]
     records = []

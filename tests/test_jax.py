@@ -19,8 +19,8 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import llmgym  # noqa: E402
-from benchmarks.eval_agents import JaxPpoAgent, make_agent, AgentOptions  # noqa: E402
-from benchmarks.leaderboard import LeaderboardConfig, play  # noqa: E402
+from llmgym_train.eval.agents import JaxPpoAgent, make_agent, AgentOptions  # noqa: E402
+from llmgym_train.eval.leaderboard import LeaderboardConfig, play  # noqa: E402
 from llmgym.error import InvalidOptionError, SubEnvError  # noqa: E402
 from llmgym.jax import (  # noqa: E402
     INVALID_ACTION,

@@ -11,8 +11,8 @@ import gymnasium as gym
 import pytest
 
 import llmgym
-from benchmarks.eval_agents import AgentOptions, make_agent
-from benchmarks.leaderboard import (
+from llmgym_train.eval.agents import AgentOptions, make_agent
+from llmgym_train.eval.leaderboard import (
     LeaderboardConfig,
     main,
     markdown,
@@ -204,8 +204,8 @@ def test_checkpoint_agent_rejects_a_folder_that_is_neither_a_model_nor_a_run(tmp
 
 @pytest.mark.vllm
 def test_vllm_agent_plays_a_row_with_token_counts(vllm_generator, smollm2_tokenizer, tmp_path: Path) -> None:
-    from benchmarks.eval_agents import Sampling, VllmAgent
-    from benchmarks.leaderboard import evaluate
+    from llmgym_train.eval.agents import Sampling, VllmAgent
+    from llmgym_train.eval.leaderboard import evaluate
 
     sampling = Sampling(temperature=0.0, max_tokens=16, max_model_len=1024)
     agent = VllmAgent(vllm_generator, smollm2_tokenizer, sampling, name="vllm:smollm2-135m")

@@ -18,8 +18,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from benchmarks.eval_agents import AgentOptions, Sampling, Turn, make_agent
-from benchmarks.leaderboard import main
+from llmgym_train.eval.agents import AgentOptions, Sampling, Turn, make_agent
+from llmgym_train.eval.leaderboard import main
 
 pytestmark = pytest.mark.vllm
 

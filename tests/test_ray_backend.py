@@ -26,7 +26,7 @@ from llmgym.parsing import extract_answer  # noqa: E402
 from llmgym.vector import TextVectorEnv, make_vector_env  # noqa: E402
 from llmgym.vector.ray_backend import RayEnvBackend  # noqa: E402
 from llmgym.vector.vector_env import EnvFactory  # noqa: E402
-from llmgym_train.distributed import DistributedConfig  # noqa: E402
+from llmgym_train.config import DistributedConfig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 

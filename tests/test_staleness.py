@@ -226,8 +226,7 @@ def test_invalid_settings_are_refused() -> None:
 
 
 def test_trajectory_carries_per_token_versions_from_its_completions() -> None:
-    from llmgym_train.agents.base import TrajectoryBuilder
-    from llmgym_train.agents import EpisodeStart
+    from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 
     builder = TrajectoryBuilder([1, 2, 3], EpisodeStart(0, "x", 0, 0, {}), {}, 100, [])
     builder.add_generation(Completion((7, 8), (-0.1, -0.2), "stop", policy_versions=(4, 5)), "ab", 0.0, {})

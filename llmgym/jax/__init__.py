@@ -22,7 +22,7 @@ Three ways in:
 * :mod:`llmgym.jax.batch`: :func:`reset_batch` / :func:`step_batch` (pure, autoreset from a
   level pool, one-hot observations) and :class:`GridVectorEnv`, a Gymnasium vector env with
   numeric observations and actions: classic RL at array speed;
-* ``gym.make_vec(id, n, backend="jax")`` (:mod:`llmgym.jax.text_backend`): llmgym's text vector
+* ``gym.make_vec(id, n, backend="jax")`` (:mod:`llmgym.vector.jax_backend`): llmgym's text vector
   env, completions in and the text env's exact observations out, with the games in JAX.
 
 Slippery ice. JAX's random numbers cannot reproduce NumPy's stream, so a core draws slips

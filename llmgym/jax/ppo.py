@@ -247,6 +247,40 @@ class Runner(NamedTuple):
     key: jax.Array
 
 
+def gae_advantages(
+    steps: Transition, last_value: jax.Array, gamma: float, gae_lambda: float
+) -> tuple[jax.Array, jax.Array]:
+    """GAE advantages and returns of ``steps`` (``(T, N)`` each), bootstrapped from ``last_value`` ``(N,)``."""
+
+    def backwards(carry: tuple[jax.Array, jax.Array], step: Transition) -> tuple[Any, jax.Array]:
+        gae, next_value = carry
+        alive = 1.0 - step.done
+        delta = step.reward + gamma * next_value * alive - step.value
+        gae = delta + gamma * gae_lambda * alive * gae
+        return (gae, step.value), gae
+
+    _, gaes = jax.lax.scan(backwards, (jnp.zeros_like(last_value), last_value), steps, reverse=True)
+    return gaes, gaes + steps.value  # (T, N) each
+
+
+def ppo_loss(
+    config: PpoConfig, scored: tuple[jax.Array, jax.Array], batch: tuple[jax.Array, ...]
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The clipped PPO loss of a minibatch from the policy's ``(logits, values)`` on its observations."""
+    _, actions, old_log_probs, gaes, returns = batch
+    logits, values = scored
+    log_probs = jax.nn.log_softmax(logits)
+    log_prob = jnp.take_along_axis(log_probs, actions[:, None], axis=1)[:, 0]
+    ratio = jnp.exp(log_prob - old_log_probs)
+    gaes = (gaes - gaes.mean()) / (gaes.std() + 1e-8)
+    clipped = jnp.clip(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
+    policy_loss = jnp.maximum(-gaes * ratio, -gaes * clipped).mean()
+    value_loss = 0.5 * ((values - returns) ** 2).mean()
+    entropy = -(jnp.exp(log_probs) * log_probs).sum(axis=1).mean()
+    total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+
+
 def make_update(config: PpoConfig, core: GridCore, optimizer: optax.GradientTransformation) -> Callable[..., Any]:
     """One PPO iteration (rollout, GAE, epochs of minibatch steps) as a pure function to ``jit``."""
     board = board_of(core)
@@ -270,29 +304,10 @@ def make_update(config: PpoConfig, core: GridCore, optimizer: optax.GradientTran
         return (runner, pool), step
 
     def advantages(steps: Transition, last_value: jax.Array) -> tuple[jax.Array, jax.Array]:
-        def backwards(carry: tuple[jax.Array, jax.Array], step: Transition) -> tuple[Any, jax.Array]:
-            gae, next_value = carry
-            alive = 1.0 - step.done
-            delta = step.reward + config.gamma * next_value * alive - step.value
-            gae = delta + config.gamma * config.gae_lambda * alive * gae
-            return (gae, step.value), gae
-
-        _, gaes = jax.lax.scan(backwards, (jnp.zeros_like(last_value), last_value), steps, reverse=True)
-        return gaes, gaes + steps.value  # (T, N) each
+        return gae_advantages(steps, last_value, config.gamma, config.gae_lambda)
 
     def loss(params: Any, batch: tuple[jax.Array, ...]) -> tuple[jax.Array, dict[str, jax.Array]]:
-        observations, actions, old_log_probs, gaes, returns = batch
-        logits, values = policy(params, observations)
-        log_probs = jax.nn.log_softmax(logits)
-        log_prob = jnp.take_along_axis(log_probs, actions[:, None], axis=1)[:, 0]
-        ratio = jnp.exp(log_prob - old_log_probs)
-        gaes = (gaes - gaes.mean()) / (gaes.std() + 1e-8)
-        clipped = jnp.clip(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
-        policy_loss = jnp.maximum(-gaes * ratio, -gaes * clipped).mean()
-        value_loss = 0.5 * ((values - returns) ** 2).mean()
-        entropy = -(jnp.exp(log_probs) * log_probs).sum(axis=1).mean()
-        total = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-        return total, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+        return ppo_loss(config, policy(params, batch[0]), batch)
 
     def minibatch_step(carry: tuple[Any, Any], batch: tuple[jax.Array, ...]) -> tuple[Any, dict[str, jax.Array]]:
         params, opt_state = carry

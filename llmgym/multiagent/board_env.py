@@ -10,12 +10,12 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from llmgym.core import MAX_OBSERVATION_LENGTH, text_space, to_charset
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, LevelFormatError, did_you_mean
 from llmgym.multiagent.rules import BoardRules, ConnectFourRules, TicTacToeRules
 from llmgym.multiagent.spaces import MoveText
 from llmgym.multiagent.state import game_state, restore_game
 from llmgym.parsing import ActionParser, extract_answer
+from llmgym.spaces import MAX_OBSERVATION_LENGTH, text_space, to_charset
 
 try:
     from pettingzoo import AECEnv

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from llmgym.core import CHARSET, MAX_ACTION_LENGTH
+from llmgym.spaces import CHARSET, MAX_ACTION_LENGTH
 
 
 class MoveText(spaces.Text):

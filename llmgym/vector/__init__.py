@@ -26,7 +26,7 @@ Backends, one API (``backend=``):
   in place of the name sets its options). Needs ``pip install ray``.
 * ``"jax"``: FrozenLake and Sokoban ids only (the ``jax`` extra): every sub-env's game
   stepped in one compiled JAX call, text parsed and rendered around it, results equal to the
-  other backends' step for step (see :mod:`llmgym.jax.text_backend`).
+  other backends' step for step (see :mod:`llmgym.vector.jax_backend`).
 
 Gymnasium's own ``vectorization_mode="sync"`` and ``"async"`` work on every llmgym id too.
 """

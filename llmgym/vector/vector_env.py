@@ -133,7 +133,7 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
 
             backend = RayEnvBackend()  # type: ignore[assignment]
         elif backend == "jax":  # FrozenLake and Sokoban stepped in JAX; needs the jax extra
-            from llmgym.jax.text_backend import JaxEnvBackend
+            from llmgym.vector.jax_backend import JaxEnvBackend
 
             backend = JaxEnvBackend()  # type: ignore[assignment]
         if callable(getattr(backend, "start", None)):  # a backend spec such as ray_backend.RayEnvBackend

@@ -1,5 +1,11 @@
 """Built-in agents: ``chain`` (plain multi-turn), ``markov`` (the latest observation only) and
-``math-multi-turn`` (retry with feedback)."""
+``math-multi-turn`` (retry with feedback).
+
+The chain loop is a function, :func:`play_chain` (reset, then :func:`play_turns`), that an
+agent class takes as its ``collect_trajectory``, with an ``observation_rule`` saying how each
+observation enters the context: :func:`append_observation` (``chain``) or
+:func:`fresh_context` (``markov``). Agents compose these pieces rather than inherit them.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,88 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
-from llmgym_train.agents.base import Agent, AsyncEnv, EpisodeStart, GenerationRequest, TrajectoryBuilder
+from llmgym_train.agents.base import Agent, GenerationRequest
+from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
+from llmgym_train.envs import AsyncEnv
+from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
+
+
+ObservationRule = Callable[[ChatTokens, TrajectoryBuilder, Completion, str], bool]
+
+
+def append_observation(chat: ChatTokens, builder: TrajectoryBuilder, completion: Completion, text: str) -> bool:
+    """Append ``text`` as the next user turn; ``False`` (nothing appended) when it would not fit (``chain``)."""
+    last = completion.token_ids[-1] if completion.token_ids else None
+    tokens = chat.observation(text, last)
+    if not builder.fits(len(tokens)):
+        return False
+    builder.add_observation(tokens, text)
+    return True
+
+
+def fresh_context(chat: ChatTokens, builder: TrajectoryBuilder, completion: Completion, text: str) -> bool:
+    """Begin a fresh context of the system prompt and ``text`` alone; ``False`` when it would not fit (``markov``)."""
+    tokens = chat.prompt(text, builder.system_prompt)
+    if len(tokens) + 1 > builder.max_context_tokens:
+        return False
+    builder.restart(tokens, chat.messages(text, None)[-1:])
+    return True
+
+
+async def play_chain(
+    agent: Agent,
+    prompt: EpisodeStart,
+    env: AsyncEnv,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queue: asyncio.Queue[Completion],
+) -> Trajectory:
+    """The chain loop's ``collect_trajectory``: reset, then :func:`play_turns` until the episode ends.
+
+    Agents that play the chain loop use this very function as their ``collect_trajectory``
+    (tree rollouts replay the loop for exactly those agents, see :func:`plays_chain`).
+    """
+    observation, info = await env.reset(seed=prompt.seed, options=prompt.reset_options)
+    builder = agent.new_builder(prompt, observation, info)
+    return await play_turns(agent, builder, env, obs_queue, act_queue)
+
+
+async def play_turns(
+    agent: Agent,
+    builder: TrajectoryBuilder,
+    env: AsyncEnv,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queue: asyncio.Queue[Completion],
+    before_turn: Callable[[TrajectoryBuilder], Awaitable[None]] | None = None,
+) -> Trajectory:
+    """The turn loop from ``builder``'s state on; ``before_turn`` runs before each turn (tree rollouts snapshot there).
+
+    The episode ends when the env terminates or truncates it, after ``max_turns`` turns, or
+    when the next prompt would not fit the context (``context_overflow``). The agent's
+    ``observation_rule`` says how each observation enters the context.
+    """
+    next_observation: ObservationRule = type(agent).observation_rule  # type: ignore[attr-defined]
+    if not builder.fits(0):
+        return builder.build("context_overflow")
+    while True:
+        if before_turn is not None:
+            await before_turn(builder)
+        completion = await agent.generate(builder, obs_queue, act_queue)
+        text = agent.chat.action_text(completion.token_ids)
+        observation, reward, terminated, truncated, info = await env.step(text)
+        builder.add_generation(completion, text, float(reward), info)
+        if terminated or truncated:
+            return builder.build("terminated" if terminated else "truncated")
+        if agent.config.max_turns is not None and len(builder.turns) >= agent.config.max_turns:
+            return builder.build("max_turns")
+        if not next_observation(agent.chat, builder, completion, observation):
+            return builder.build("context_overflow")
+
+
+def plays_chain(cls: type[Agent]) -> bool:
+    """Whether agents of ``cls`` play the chain loop as it is (their ``collect_trajectory`` is :func:`play_chain`)."""
+    return cls.collect_trajectory is play_chain  # type: ignore[comparison-overlap]
 
 
 class ChainAgent(Agent):
@@ -19,53 +104,12 @@ class ChainAgent(Agent):
     when the next prompt would not fit the context (``context_overflow``).
     """
 
-    async def collect_trajectory(
-        self,
-        prompt: EpisodeStart,
-        env: AsyncEnv,
-        obs_queue: asyncio.Queue[GenerationRequest | None],
-        act_queue: asyncio.Queue[Completion],
-    ) -> Trajectory:
-        observation, info = await env.reset(seed=prompt.seed, options=prompt.reset_options)
-        builder = self.new_builder(prompt, observation, info)
-        return await self.play_turns(builder, env, obs_queue, act_queue)
-
-    async def play_turns(
-        self,
-        builder: TrajectoryBuilder,
-        env: AsyncEnv,
-        obs_queue: asyncio.Queue[GenerationRequest | None],
-        act_queue: asyncio.Queue[Completion],
-        before_turn: Callable[[TrajectoryBuilder], Awaitable[None]] | None = None,
-    ) -> Trajectory:
-        """The turn loop from ``builder``'s state on; ``before_turn`` runs before each turn (tree rollouts snapshot there)."""
-        if not builder.fits(0):
-            return builder.build("context_overflow")
-        while True:
-            if before_turn is not None:
-                await before_turn(builder)
-            completion = await self.generate(builder, obs_queue, act_queue)
-            text = self.chat.action_text(completion.token_ids)
-            observation, reward, terminated, truncated, info = await env.step(text)
-            builder.add_generation(completion, text, float(reward), info)
-            if terminated or truncated:
-                return builder.build("terminated" if terminated else "truncated")
-            if self.config.max_turns is not None and len(builder.turns) >= self.config.max_turns:
-                return builder.build("max_turns")
-            if not self.next_observation(builder, completion, observation):
-                return builder.build("context_overflow")
-
-    def next_observation(self, builder: TrajectoryBuilder, completion: Completion, text: str) -> bool:
-        """Append ``text`` as the next user turn; ``False`` (nothing appended) when it would not fit."""
-        last = completion.token_ids[-1] if completion.token_ids else None
-        tokens = self.chat.observation(text, last)
-        if not builder.fits(len(tokens)):
-            return False
-        builder.add_observation(tokens, text)
-        return True
+    #: How the env's next observation enters the context: appended to the conversation.
+    observation_rule: ClassVar[ObservationRule] = staticmethod(append_observation)
+    collect_trajectory = play_chain  # type: ignore[assignment]
 
 
-class MarkovAgent(ChainAgent):
+class MarkovAgent(Agent):
     """Each turn sees only the system prompt and the env's latest observation: a Markov policy.
 
     Where the observation holds the whole state (a grid env's map and position), earlier turns
@@ -74,18 +118,14 @@ class MarkovAgent(ChainAgent):
     comparable (step-level groups, see :func:`~llmgym_train.algorithms.step_grouped`). The
     trajectory keeps every turn's context and generation in order (``fresh_contexts``); train
     it with ``rollout.layout=turn``, where each sample is exactly the context the model saw.
+    It plays :class:`ChainAgent`'s loop with :func:`fresh_context` as its observation rule.
     """
 
-    def next_observation(self, builder: TrajectoryBuilder, completion: Completion, text: str) -> bool:
-        system_prompt = builder.system_prompt
-        tokens = self.chat.prompt(text, system_prompt)
-        if len(tokens) + 1 > builder.max_context_tokens:
-            return False
-        builder.restart(tokens, self.chat.messages(text, None)[-1:])
-        return True
+    observation_rule: ClassVar[ObservationRule] = staticmethod(fresh_context)
+    collect_trajectory = play_chain  # type: ignore[assignment]
 
 
-class MathMultiTurnAgent(ChainAgent):
+class MathMultiTurnAgent(Agent):
     """Retry until correct: after a wrong answer the same problem is posed again with feedback.
 
     As in AReaL's multi-turn math agent: a one-step task (the env ends the episode after an
@@ -129,5 +169,5 @@ class MathMultiTurnAgent(ChainAgent):
             if terminated or truncated:
                 await env.reset(seed=prompt.seed, options=prompt.reset_options)
                 observation = self.retry_message
-            if not self.next_observation(builder, completion, observation):
+            if not append_observation(self.chat, builder, completion, observation):
                 return builder.build("context_overflow")

@@ -29,9 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from llmgym.error import InvalidOptionError
-from llmgym_train.agents.base import AsyncEnv, EpisodeStart, GenerationRequest, TrajectoryBuilder
-from llmgym_train.agents.chain import ChainAgent
+from llmgym_train.agents.base import GenerationRequest
+from llmgym_train.agents.base import Agent
+from llmgym_train.agents.chain import ObservationRule, append_observation, play_chain
 from llmgym_train.data import EndReason, Trajectory
+from llmgym_train.envs import AsyncEnv
+from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
 
 SEATS = ("player_0", "player_1")
@@ -55,10 +58,12 @@ class _Match:
         return partner
 
 
-class SelfPlayAgent(ChainAgent):
+class SelfPlayAgent(Agent):
     """Plays one seat of a self-play game (see the module docstring)."""
 
     needs_local_env = True  # both seats drive one game object
+    #: A partner-less episode plays the chain loop (:func:`~llmgym_train.agents.chain.play_chain`) with this rule.
+    observation_rule: ClassVar[ObservationRule] = staticmethod(append_observation)
 
     #: Matches of the running rollouts: keyed by the rollout's observation queue (one per
     #: rollout, so concurrent rollouts never mix, and a rollout's matches go with its queue),
@@ -79,7 +84,7 @@ class SelfPlayAgent(ChainAgent):
         await asyncio.sleep(0)
         if match.partner_of(prompt) is None:
             del match.members[prompt.episode_index]  # a partner that comes later must not wait for us
-            return await super().collect_trajectory(prompt, env, obs_queue, act_queue)
+            return await play_chain(self, prompt, env, obs_queue, act_queue)
         seat = SEATS[(prompt.episode_index + pair) % 2]
         if prompt.episode_index % 2 == 0:
             match.game = await asyncio.to_thread(_new_game, env, prompt)
@@ -138,7 +143,7 @@ class SelfPlayAgent(ChainAgent):
         self, builder: TrajectoryBuilder, pending: Completion | None, text: str
     ) -> EndReason | None:
         """Append the seat's new observation (after its first turn); why the seat must stop, if it must."""
-        if pending is not None and not self.next_observation(builder, pending, text):
+        if pending is not None and not append_observation(self.chat, builder, pending, text):
             return "context_overflow"
         if self.config.max_turns is not None and len(builder.turns) >= self.config.max_turns:
             return "max_turns"

@@ -1,6 +1,7 @@
 """Pure tensor functions of the RL algorithms: advantages, losses, off-policy corrections and sample filters.
 
 Nothing here touches models, envs or the optimizer; :mod:`llmgym_train.trainer` wires them.
+:func:`with_advantages` (:mod:`~llmgym_train.algorithms.estimator`) is where the estimator is chosen.
 """
 
 from llmgym_train.algorithms.advantages import (
@@ -15,6 +16,7 @@ from llmgym_train.algorithms.advantages import (
     step_grouped,
     turn_returns,
 )
+from llmgym_train.algorithms.estimator import with_advantages
 from llmgym_train.algorithms.filters import group_variance_keep, void_turn_keep
 from llmgym_train.algorithms.losses import (
     KL_ESTIMATORS,
@@ -69,4 +71,5 @@ __all__ = [
     "turn_returns",
     "value_loss",
     "void_turn_keep",
+    "with_advantages",
 ]

@@ -2,6 +2,8 @@
 
 ``make_generator("vllm", model_path)`` or ``make_generator("hf", model_path)``. Backends are
 imported only when chosen; a missing package fails with the command that installs it.
+:mod:`llmgym_train.generation.ray_engines` runs many of them in Ray actors as one generator,
+with the weight transports that keep them in sync with the trainer.
 """
 
 from __future__ import annotations

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
+import numpy as np
+
+from llmgym.core import checked_options
 from llmgym.envs.math.env import MathEnv
 from llmgym.envs.math.problems import Problem
 from llmgym.envs.math.verify import AnswerVerifier
@@ -113,10 +118,51 @@ def _cached_problems(path: str, modified: float) -> tuple[Problem, ...]:
     return tuple(load_problems(path))
 
 
-class MathDatasetEnv(MathEnv):
+@dataclass(frozen=True)
+class DatasetProblems:
+    """The rows of a dataset file as a :class:`~llmgym.envs.math.env.ProblemSource`, drawn by seed.
+
+    Reset ``info["level_id"]`` is the row's index in the file; ``level`` is the only reset option.
+    """
+
+    problems: tuple[Problem, ...]
+    reset_options: frozenset[str] = frozenset({"level"})
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> DatasetProblems:
+        """Rows of ``path`` (parsed once per file version and shared by the envs that read it)."""
+        path = Path(path)
+        return cls(_cached_problems(str(path), path.stat().st_mtime if path.is_file() else 0.0))
+
+    def draw(self, np_random: np.random.Generator, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
+        index = int(np_random.integers(len(self.problems)))
+        return self.problems[index], {"level_id": index}
+
+    # A sequence of its problems, as the env's ``problems`` has always been for dataset envs.
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    def __iter__(self) -> Iterator[Problem]:
+        return iter(self.problems)
+
+    def __getitem__(self, index: int) -> Problem:
+        return self.problems[index]
+
+
+@checked_options
+def MathDatasetEnv(  # noqa: N802 - the entry point of llmgym/MathDataset-v0, named as the env it builds
+    *,
+    dataset_path: str | Path = DEFAULT_DATASET,
+    max_attempts: int = 1,
+    turn_discount: float = 1.0,
+    format_penalty: float = -0.1,
+    verifier: AnswerVerifier | None = None,
+    render_mode: str | None = None,
+) -> MathEnv:
     """Math problems sampled by seed from a dataset file (JSONL or Parquet), such as GSM8K.
 
-    Everything else (answer format, verification, rewards, attempts) is :class:`MathEnv`'s.
+    A :class:`MathEnv` holding the file's rows as its problem source (:class:`DatasetProblems`):
+    everything else (answer format, verification, rewards, attempts) is :class:`MathEnv`'s.
     ``info["level_id"]`` at reset is the row's index in the file. ``llmgym/MathDataset-v0``
     defaults to the small GSM8K-style set shipped with llmgym.
 
@@ -128,25 +174,7 @@ class MathDatasetEnv(MathEnv):
     Version History:
         * v0: initial version.
     """
-
-    reset_options: ClassVar[frozenset[str]] = frozenset({"level"})
-
-    def __init__(
-        self,
-        *,
-        dataset_path: str | Path = DEFAULT_DATASET,
-        max_attempts: int = 1,
-        turn_discount: float = 1.0,
-        format_penalty: float = -0.1,
-        verifier: AnswerVerifier | None = None,
-        render_mode: str | None = None,
-    ) -> None:
-        super().__init__(max_attempts=max_attempts, turn_discount=turn_discount,
-                         format_penalty=format_penalty, verifier=verifier, render_mode=render_mode)
-        path = Path(dataset_path)
-        self.dataset_path = path
-        self.problems = _cached_problems(str(path), path.stat().st_mtime if path.is_file() else 0.0)
-
-    def _draw_problem(self, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
-        index = int(self.np_random.integers(len(self.problems)))
-        return self.problems[index], {"level_id": index}
+    env = MathEnv(max_attempts=max_attempts, turn_discount=turn_discount, format_penalty=format_penalty,
+                  verifier=verifier, render_mode=render_mode, problems=DatasetProblems.from_file(dataset_path))
+    env.dataset_path = Path(dataset_path)  # type: ignore[attr-defined]
+    return env

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
-from llmgym.core import Outcome, TextEnv, level_rng, text_digest
+import numpy as np
+
+from llmgym.core import Outcome, TextEnv, draw_level_seed, level_rng, text_digest
 from llmgym.envs.math.problems import (
     DIFFICULTIES,
     PROBLEM_KINDS,
@@ -25,6 +28,31 @@ WRONG_FINAL = "Unfortunately your answer is wrong. No attempts are left."
 CORRECT = "Congratulations! Your answer is correct."
 
 _ANSWER_FORMAT = "Put your final answer inside <answer>...</answer> or \\boxed{...}."
+
+
+class ProblemSource(Protocol):
+    """Where a :class:`MathEnv`'s problems come from: generated, or rows of a dataset file."""
+
+    #: Keys accepted in ``reset(options=...)``, ``level`` included.
+    reset_options: frozenset[str]
+
+    def draw(self, np_random: np.random.Generator, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
+        """A new problem drawn from the env's ``np_random``, and the reset ``info`` that identifies it."""
+        ...
+
+
+@dataclass(frozen=True)
+class GeneratedProblems:
+    """Problems generated from a level seed (see :mod:`llmgym.envs.math.problems`); reset ``info`` has ``seed``."""
+
+    difficulty: Difficulty
+    kinds: tuple[ProblemKind, ...]
+    reset_options: frozenset[str] = frozenset({"level", "difficulty"})
+
+    def draw(self, np_random: np.random.Generator, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
+        difficulty = _check_difficulty(options.get("difficulty", self.difficulty))
+        seed = draw_level_seed(np_random)
+        return generate_problem(level_rng(seed), difficulty, self.kinds), {"seed": seed}
 
 
 class MathEnv(TextEnv):
@@ -61,8 +89,12 @@ class MathEnv(TextEnv):
         format_penalty: reward of a completion with no answer in it.
         verifier: answer checker; default one shared per process.
         render_mode: ``None`` or ``"ansi"``.
+        problems: where problems come from (a :class:`ProblemSource`); default
+            ``GeneratedProblems(difficulty, kinds)``. ``llmgym/MathDataset-v0`` passes a
+            dataset's rows (:func:`llmgym.envs.math.dataset.MathDatasetEnv`).
 
-    Reset options: ``level`` (a problem dict, as :meth:`level` returns), ``difficulty``.
+    Reset options: ``level`` (a problem dict, as :meth:`level` returns), and the problem
+    source's own (``difficulty`` for generated problems).
 
     Snapshots: ``get_state()`` holds the problem, the attempts used and ``np_random``;
     ``state_key()`` (also ``info["state_key"]``) is the attempt number and a digest of the problem.
@@ -84,6 +116,7 @@ class MathEnv(TextEnv):
         format_penalty: float = -0.1,
         verifier: AnswerVerifier | None = None,
         render_mode: str | None = None,
+        problems: ProblemSource | None = None,
     ) -> None:
         if max_attempts < 1:
             raise InvalidOptionError(f"max_attempts must be >= 1, got {max_attempts}.")
@@ -98,6 +131,8 @@ class MathEnv(TextEnv):
         )
         self.difficulty = _check_difficulty(difficulty)
         self.kinds = _check_kinds(kinds)
+        self.problems: ProblemSource = problems or GeneratedProblems(self.difficulty, self.kinds)
+        self.reset_options = self.problems.reset_options  # type: ignore[misc]  # the source's, per env
         self.max_attempts = max_attempts
         self.turn_discount = float(turn_discount)
         self.verifier = verifier
@@ -123,15 +158,9 @@ class MathEnv(TextEnv):
             self._problem = Problem.from_level(options["level"])
             info["level_id"] = "custom"
         else:
-            self._problem, info = self._draw_problem(options)
+            self._problem, info = self.problems.draw(self.np_random, options)
         info.update(kind=self._problem.kind, difficulty=self._problem.difficulty, optimal_steps=1)
         return self._observe(), info
-
-    def _draw_problem(self, options: dict[str, Any]) -> tuple[Problem, dict[str, Any]]:
-        """A new problem from ``np_random`` and its reset ``info`` (the level seed)."""
-        difficulty = _check_difficulty(options.get("difficulty", self.difficulty))
-        seed = self._draw_level_seed()
-        return generate_problem(level_rng(seed), difficulty, self.kinds), {"seed": seed}
 
     def _apply(self, action: str) -> Outcome:
         verdict = (self.verifier or default_verifier()).verify(self._problem.answer, action)

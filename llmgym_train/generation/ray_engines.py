@@ -1,13 +1,13 @@
-"""Scale-out on Ray: env workers and rollout engines as Ray actors, engines fed new weights after every update.
+"""Rollout engines on Ray: generators in Ray actors used as one, fed new weights after every update.
 
-With ``distributed.ray_address`` set to ``auto`` or a cluster address, the rollout's envs live
-in ``num_env_workers`` Ray actors (:class:`RayEnvWorkers`, on llmgym's Ray vector-env
-backend), and the trainer's generator is a :class:`RolloutEngines`: ``num_rollout_engines`` generators (vLLM or HF, the same
-backends as on one machine), each in its own Ray actor, spread over the cluster's nodes. It
-implements the :class:`~llmgym_train.generation.base.Generator` protocol, so the rollout does
-not know the difference: each batch of requests is cut into near-equal contiguous shares, one
-per engine, run at once, and put back in order. Requests that carry a sampling seed give the
-same completion whichever engine serves them.
+With ``distributed.ray_address`` set to ``auto`` or a cluster address, the trainer's generator is
+a :class:`RolloutEngines`: ``num_rollout_engines`` generators (vLLM or HF, the same backends as
+on one machine), each in its own Ray actor, spread over the cluster's nodes. It implements the
+:class:`~llmgym_train.generation.base.Generator` protocol, so the rollout does not know the
+difference: each batch of requests is cut into near-equal contiguous shares, one per engine,
+run at once, and put back in order. Requests that carry a sampling seed give the same
+completion whichever engine serves them. (The rollout's envs go to Ray through the vector
+env's Ray backend: :class:`llmgym_train.envs.RayEnvWorkers`.)
 
 Weight sync, through one :class:`WeightTransport` interface:
 
@@ -21,171 +21,26 @@ Weight sync, through one :class:`WeightTransport` interface:
   streamed into vLLM's ``reload_weights``. Written against the same calls as the CPU path;
   it needs CUDA on the trainer and every engine and has not run on this project's CPU-only
   machines.
-
-``ray_address: local`` (the default) uses none of this and never imports Ray.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from llmgym.error import DependencyNotInstalled, InvalidOptionError, WorkerDiedError, did_you_mean
+from llmgym.error import DependencyNotInstalled, InvalidOptionError, WorkerDiedError
 from llmgym_train.generation.base import Completion, SamplingSpec, per_prompt
 
 if TYPE_CHECKING:
     import torch
 
-    from llmgym_train.agents.base import BackendEnv, EnvTimer, EpisodeStart
+    from llmgym_train.config import DistributedConfig, TransportName
 
-TransportName = Literal["object_store", "nccl"]
-TRANSPORTS: tuple[str, ...] = get_args(TransportName)
 EngineBackend = Literal["vllm", "hf"]
 #: Seconds Ray gets to place the engines and the engines to load their model.
 _START_TIMEOUT = 900.0
-INSTALL_HINT = (
-    'distributed.ray_address={address!r} needs Ray; run `pip install "llmgym[ray]"` '
-    "(or set distributed.ray_address=local)."
-)
-
-
-@dataclass
-class DistributedConfig:
-    """Where rollouts run: this process (``local``) or Ray actors on a cluster."""
-
-    #: ``local``: no Ray, everything in this process. ``auto``: join the cluster this machine
-    #: belongs to (``ray start`` ran here). Or an address: ``HOST:6379`` or ``ray://HOST:10001``.
-    ray_address: str = "local"
-    #: Ray actors that host the rollout's envs (:class:`RayEnvWorkers`), and a vector env's
-    #: sub-envs (see :meth:`vector_env_options`); 0 keeps the envs in the trainer's process.
-    num_env_workers: int = 1
-    #: Generators, one per Ray actor; each serves a share of every batch of requests.
-    num_rollout_engines: int = 1
-    #: CPUs Ray reserves for each env actor.
-    env_worker_cpus: float = 1.0
-    #: CPUs Ray reserves for each rollout engine (vLLM on CPU uses that many threads).
-    engine_cpus: float = 1.0
-    #: GPUs per rollout engine: 1 gives each engine a GPU, 0.5 packs two engines per GPU.
-    engine_gpus: float = 0.0
-    #: How new weights reach the engines: ``object_store`` (CPU) or ``nccl`` (GPU to GPU).
-    weight_transport: TransportName = "object_store"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.ray_address, str) or not self.ray_address:
-            raise InvalidOptionError(
-                f"distributed.ray_address must be 'local', 'auto' or a cluster address such as "
-                f"'10.0.0.1:6379'; got {self.ray_address!r}."
-            )
-        if self.num_env_workers < 0:
-            raise InvalidOptionError(f"distributed.num_env_workers must be >= 0; got {self.num_env_workers}.")
-        if self.num_rollout_engines < 1:
-            raise InvalidOptionError(f"distributed.num_rollout_engines must be >= 1; got {self.num_rollout_engines}.")
-        for name in ("env_worker_cpus", "engine_cpus", "engine_gpus"):
-            if getattr(self, name) < 0:
-                raise InvalidOptionError(f"distributed.{name} must be >= 0; got {getattr(self, name)}.")
-        if self.weight_transport not in TRANSPORTS:
-            raise InvalidOptionError(
-                f"distributed.weight_transport must be one of {', '.join(map(repr, TRANSPORTS))}; got "
-                f"{self.weight_transport!r}.{did_you_mean(str(self.weight_transport), TRANSPORTS)}"
-            )
-        if self.enabled and not ray_installed():
-            raise DependencyNotInstalled(INSTALL_HINT.format(address=self.ray_address))
-
-    @property
-    def enabled(self) -> bool:
-        """Whether rollouts run on Ray (any ``ray_address`` but ``local``)."""
-        return self.ray_address != "local"
-
-    @property
-    def address(self) -> str | None:
-        """The address for ``ray.init`` (``None``: start or find one from ``RAY_ADDRESS``)."""
-        return None if self.ray_address == "local" else self.ray_address
-
-    def vector_env_options(self) -> dict[str, Any]:
-        """Keyword arguments that put a vector env's sub-envs on the env workers (none when local).
-
-        ``make_vector_env(env_id, n, **config.distributed.vector_env_options())``, for env-heavy
-        scripts (evaluation, data generation) on the same cluster as a training run.
-        """
-        if not self.enabled or not self.num_env_workers:
-            return {}
-        from llmgym.vector.ray_backend import RayEnvBackend
-
-        return {"backend": RayEnvBackend(num_cpus=self.env_worker_cpus, address=self.address),
-                "num_workers": self.num_env_workers}
-
-
-def ray_installed() -> bool:
-    """Whether ``import ray`` can work, without importing it (checked at config load)."""
-    try:
-        return importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-# ---------------------------------------------------------------------- env workers
-class RayEnvWorkers:
-    """The rollout's envs in ``num_workers`` Ray actors, through llmgym's Ray vector-env backend.
-
-    Each distinct list of episode envs (the training mixture, the eval levels) gets its own
-    backend, started at its first rollout and kept: later rollouts reset the same envs with new
-    seeds, so a training step pays no actor start. Every ``reset`` / ``step`` of an episode is
-    one remote call to the actor that holds its env, awaited from the rollout's event loop
-    (:class:`~llmgym_train.agents.base.BackendEnv`); a lost actor raises
-    :class:`~llmgym.error.WorkerDiedError` naming the episode, its env and seed.
-
-    Arguments:
-        num_workers: actors per backend (at most one per episode); Ray spreads them over nodes.
-        num_cpus: CPUs Ray reserves for each actor.
-        address: the cluster to join when Ray is not initialized yet.
-    """
-
-    def __init__(self, num_workers: int, *, num_cpus: float = 1.0, address: str | None = None) -> None:
-        from llmgym.vector.ray_backend import connect
-
-        if num_workers < 1:
-            raise InvalidOptionError(f"num_workers must be >= 1; got {num_workers}.")
-        self._ray = connect(address)
-        self.num_workers = num_workers
-        self.num_cpus = num_cpus
-        self.address = address
-        self._backends: dict[str, Any] = {}
-
-    @classmethod
-    def from_config(cls, distributed: DistributedConfig) -> RayEnvWorkers:
-        return cls(distributed.num_env_workers, num_cpus=distributed.env_worker_cpus, address=distributed.address)
-
-    def envs(self, episodes: Sequence[EpisodeStart], timer: EnvTimer) -> list[BackendEnv]:
-        """One remote env per episode, in order (``gym.make(episode.env_id, **episode.env_kwargs)``)."""
-        from llmgym.vector.ray_backend import RayBackend
-        from llmgym.vector.vector_env import EnvFactory
-        from llmgym_train.agents.base import BackendEnv
-
-        key = json.dumps([(episode.env_id, episode.env_kwargs) for episode in episodes], sort_keys=True, default=repr)
-        backend = self._backends.get(key)
-        if backend is None:
-            factories = [EnvFactory(episode.env_id, dict(episode.env_kwargs)) for episode in episodes]
-            backend = RayBackend(
-                factories, min(self.num_workers, len(factories)), num_cpus=self.num_cpus, address=self.address
-            )
-            self._backends[key] = backend
-        return [BackendEnv(backend, index, episode, timer) for index, episode in enumerate(episodes)]
-
-    @property
-    def backends(self) -> list[Any]:
-        """The started backends (one per distinct env list), for monitoring and tests."""
-        return list(self._backends.values())
-
-    def close(self) -> None:
-        """Stop every env actor (safe to call twice)."""
-        backends, self._backends = list(self._backends.values()), {}
-        for backend in backends:
-            backend.close()
 
 
 # ---------------------------------------------------------------------- the engine actor
@@ -512,13 +367,10 @@ def _free_port() -> int:
 
 
 __all__ = [
-    "DistributedConfig",
     "NcclTransport",
     "ObjectStoreTransport",
     "RolloutEngine",
-    "RayEnvWorkers",
     "RolloutEngines",
     "WeightTransport",
-    "ray_installed",
     "state_digest",
 ]

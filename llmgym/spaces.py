@@ -1,6 +1,10 @@
-"""A ``Text`` space whose batches Gymnasium's ``AsyncVectorEnv`` can share through memory.
+"""The text spaces of every llmgym env: one charset, bounded lengths, shared-memory batches.
 
-Gymnasium 1.4 writes a ``Text`` observation into shared memory as character indices, but its
+:func:`text_space` is the observation and action space of every env: a
+:class:`gymnasium.spaces.Text` over :data:`CHARSET` (printable ASCII plus newline and tab),
+and :func:`to_charset` keeps an observation inside it.
+
+The space is a :class:`SharedText`, because Gymnasium 1.4 writes a ``Text`` observation into shared memory as character indices, but its
 reader decodes the buffer into a tuple of strings once, when the vector env is built, and
 returns that same tuple after every step: with ``shared_memory=True`` (``make_vec``'s default
 for ``"async"``) every observation stays the initial blank string. :class:`SharedText` is a
@@ -12,12 +16,33 @@ of the current strings (with ``copy=False`` it hands out the view itself). Every
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import read_from_shared_memory
+
+#: Every printable ASCII character plus newline and tab: the charset of all llmgym Text spaces.
+CHARSET = "".join(chr(code) for code in range(32, 127)) + "\n\t"
+#: Upper bound on an observation's length; longer text is cut (and marked) by the core.
+MAX_OBSERVATION_LENGTH = 8192
+#: Upper bound on an action in the action space. Longer actions are still accepted (parsed
+#: like any other), they are only outside what ``action_space.sample()`` draws.
+MAX_ACTION_LENGTH = 8192
+
+_OUTSIDE_CHARSET = re.compile(r"[^\x20-\x7e\n\t]")
+_TRUNCATION_MARK = "\n[...truncated]"
+
+
+def to_charset(text: str, max_length: int = MAX_OBSERVATION_LENGTH) -> str:
+    """``text`` with characters outside :data:`CHARSET` replaced by ``?`` and cut to ``max_length``."""
+    if _OUTSIDE_CHARSET.search(text) is not None:
+        text = _OUTSIDE_CHARSET.sub("?", text)
+    if len(text) > max_length:
+        text = text[: max_length - len(_TRUNCATION_MARK)] + _TRUNCATION_MARK
+    return text
 
 
 class SharedText(spaces.Text):
@@ -66,3 +91,11 @@ class LiveTexts(Sequence[str]):
 @read_from_shared_memory.register(SharedText)
 def _read_shared_text(space: SharedText, shared_memory: Any, n: int = 1) -> Sequence[str]:
     return LiveTexts(space, shared_memory, n)
+
+
+def text_space(max_length: int) -> spaces.Text:
+    """A :class:`gymnasium.spaces.Text` over :data:`CHARSET` with lengths ``0..max_length``.
+
+    A :class:`SharedText`, so its batches in ``AsyncVectorEnv``'s shared memory are read live.
+    """
+    return SharedText(max_length=max_length, min_length=0, charset=CHARSET)

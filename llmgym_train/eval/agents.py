@@ -32,10 +32,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from benchmarks.common import portable_path
 from llmgym.core import TextEnv
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, did_you_mean
 from llmgym.wrappers.classic import BOARD_SPECS, board_shape, encode_board, make_classic_env
+from llmgym_train.eval.results import portable_path
 
 Message = dict[str, str]
 

@@ -1,0 +1,514 @@
+"""The llmgym leaderboard: agents on the frozen eval sets, reproducible to the level.
+
+Every (agent, env) pair plays the env's frozen eval levels (:mod:`llmgym.eval_sets`), each
+``--samples`` times. Episode ``(level, sample)`` resets its env with a seed derived from the
+run seed, the level's seed and the sample index, and gives the agent a generator from the
+same triple: rerunning a row reproduces every episode, whatever else ran beside it.
+
+One command writes three files next to each other (default ``benchmarks/results/``):
+
+* ``leaderboard.md``: the Markdown table (paste it into a README);
+* ``leaderboard.json``: provenance, settings, summaries and every episode's outcome;
+* ``leaderboard.png``: success rates with their 95% intervals.
+
+Metrics per env (and per difficulty where eval records carry one): success rate with a
+Wilson 95% interval, mean return, mean turns, invalid-action rate (per turn), generated
+tokens per episode (LLM agents), and pass@k over samples (the unbiased estimator of Chen et
+al. 2021) when ``--samples`` > 1.
+
+    llmgym-bench --agents random optimal sb3-ppo --limit 50
+    llmgym-bench --agents vllm:smollm2-135m --envs FrozenLake-v0 Sokoban-v0 --limit 20 --merge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import llmgym
+from llmgym.error import InvalidOptionError, did_you_mean
+from llmgym.eval_sets import has_eval_set, load_eval_set
+from llmgym.wrappers.chat import ChatHistory
+from llmgym_train.eval.agents import Agent, AgentOptions, Sampling, Turn, check_agent_spec, make_agent
+from llmgym_train.eval.results import RESULTS_DIR, markdown_table, portable, provenance
+
+
+@dataclass(frozen=True)
+class LeaderboardConfig:
+    """Everything a leaderboard run depends on; recorded in its JSON.
+
+    Attributes:
+        agents: agent specs (see :mod:`llmgym_train.eval.agents`).
+        envs: env ids; every id with an eval set when empty.
+        limit: play only the first ``limit`` levels of each eval set (``None``: all of them).
+        samples: episodes per level; pass@k is reported for ``samples`` > 1.
+        seed: run seed from which every episode's env and agent seeds derive.
+        max_turns: override the envs' own turn limit (``None``: the env's default).
+        options: agent options (sampling, PPO training steps).
+        output_dir: where ``leaderboard.{md,json,png}`` go.
+        merge: keep the rows of an existing ``leaderboard.json`` that this run does not redo.
+        progress: show a progress bar over episodes.
+    """
+
+    agents: tuple[str, ...] = ("random", "optimal", "sb3-ppo")
+    envs: tuple[str, ...] = ()
+    limit: int | None = None
+    samples: int = 1
+    seed: int = 0
+    max_turns: int | None = None
+    options: AgentOptions = field(default_factory=AgentOptions)
+    output_dir: Path = RESULTS_DIR
+    merge: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.agents:
+            raise InvalidOptionError(
+                "agents is empty; name at least one agent, e.g. --agents random optimal."
+            )
+        for spec in self.agents:
+            check_agent_spec(spec)  # before any env is played or model loaded
+        if self.limit is not None and self.limit < 1:
+            raise InvalidOptionError(f"limit must be >= 1 or None (every level), got {self.limit}.")
+        if self.samples < 1:
+            raise InvalidOptionError(f"samples must be >= 1, got {self.samples}.")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise InvalidOptionError(
+                f"max_turns must be >= 1 or None (the env's default), got {self.max_turns}."
+            )
+        for env_id in self.envs:
+            if not has_eval_set(env_id):
+                known = [name for name in llmgym.env_ids() if has_eval_set(name)]
+                raise InvalidOptionError(
+                    f"No eval set for {env_id!r}.{did_you_mean(env_id, known)} "
+                    f"Envs with eval sets: {', '.join(known)}."
+                )
+
+    def env_ids(self) -> list[str]:
+        return list(self.envs) or [env_id for env_id in llmgym.env_ids() if has_eval_set(env_id)]
+
+
+# ---------------------------------------------------------------------- metrics
+def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a success rate (95% for the default ``z``).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not degenerate at 0% or 100%,
+    which is where optimal and random agents sit.
+    """
+    if trials == 0:
+        return 0.0, 1.0
+    rate = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (rate + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(rate * (1 - rate) / trials + z * z / (4 * trials * trials)) / denominator
+    # At 0% and 100% the interval touches the bound exactly; say so without rounding noise.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
+
+
+def pass_at_k(samples: int, correct: int, k: int) -> float:
+    """Unbiased pass@k of one level from ``correct`` successes in ``samples`` episodes:
+    ``1 - C(samples - correct, k) / C(samples, k)``."""
+    if not 1 <= k <= samples:
+        raise InvalidOptionError(f"pass@k needs 1 <= k <= samples, got k={k} with {samples} samples.")
+    if samples - correct < k:
+        return 1.0
+    return 1.0 - math.comb(samples - correct, k) / math.comb(samples, k)
+
+
+@dataclass
+class EpisodeResult:
+    """One episode's outcome, as written to the JSON."""
+
+    level_index: int
+    sample: int
+    env_seed: int
+    success: bool = False
+    episode_return: float = 0.0
+    turns: int = 0
+    invalid_actions: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    truncated: bool = False
+    optimal_steps: int | None = None
+    difficulty: str | None = None
+
+
+def summarize(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, Any]:
+    """The row's figures from its episodes."""
+    count = len(episodes)
+    successes = sum(episode.success for episode in episodes)
+    turns = sum(episode.turns for episode in episodes)
+    low, high = wilson_interval(successes, count)
+    summary: dict[str, Any] = {
+        "episodes": count,
+        "success_rate": successes / count if count else 0.0,
+        "success_ci95": [low, high],
+        "mean_return": float(np.mean([episode.episode_return for episode in episodes])) if count else 0.0,
+        "mean_turns": turns / count if count else 0.0,
+        "invalid_action_rate": sum(episode.invalid_actions for episode in episodes) / turns if turns else 0.0,
+        "completion_tokens_per_episode": sum(e.completion_tokens for e in episodes) / count if count else 0.0,
+        "prompt_tokens_per_episode": sum(e.prompt_tokens for e in episodes) / count if count else 0.0,
+    }
+    if samples > 1:
+        summary["pass_at_k"] = _pass_at_ks(episodes, samples)
+    return summary
+
+
+def _pass_at_ks(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, float]:
+    correct: dict[int, int] = {}
+    for episode in episodes:
+        correct[episode.level_index] = correct.get(episode.level_index, 0) + int(episode.success)
+    return {
+        str(k): float(np.mean([pass_at_k(samples, count, k) for count in correct.values()]))
+        for k in range(1, samples + 1)
+    }
+
+
+# ---------------------------------------------------------------------- playing
+class _Episode:
+    """One live episode: its env (with chat history), seeds and running totals."""
+
+    def __init__(self, env: ChatHistory, record: dict[str, Any], sample: int, run_seed: int) -> None:
+        self.env = env
+        seeds = np.random.SeedSequence([run_seed, int(record["seed"]), sample])
+        env_seed = int(seeds.generate_state(1, dtype=np.uint32)[0])
+        self.rng = np.random.default_rng(seeds.spawn(1)[0])
+        level = record["level"]
+        difficulty = record.get("difficulty", level.get("difficulty") if isinstance(level, dict) else None)
+        self.result = EpisodeResult(
+            level_index=int(record["index"]),
+            sample=sample,
+            env_seed=env_seed,
+            optimal_steps=record.get("optimal_steps"),
+            difficulty=None if difficulty is None else str(difficulty),
+        )
+        env.reset(seed=env_seed, options={"level": level})
+        self.done = False
+
+    def turn(self) -> Turn:
+        env: Any = self.env.unwrapped
+        return Turn(env=env, messages=self.env.messages, rng=self.rng, number=self.result.turns)
+
+    def step(self, text: str, prompt_tokens: int, completion_tokens: int) -> None:
+        _, reward, terminated, truncated, info = self.env.step(text)
+        result = self.result
+        result.turns += 1
+        result.episode_return += float(reward)
+        result.invalid_actions += not info["action_is_valid"]
+        result.prompt_tokens += prompt_tokens
+        result.completion_tokens += completion_tokens
+        result.success = bool(info["success"])
+        result.truncated = bool(truncated)
+        self.done = bool(terminated or truncated)
+
+
+def play(
+    agent: Agent,
+    env_id: str,
+    records: Sequence[dict[str, Any]],
+    config: LeaderboardConfig,
+    advance: Any = None,
+) -> list[EpisodeResult]:
+    """Play every (level, sample) of ``records`` with ``agent``, all episodes in lockstep.
+
+    Lockstep turns let an LLM agent decode every live episode's turn in one batch.
+    ``advance(n)`` is called as episodes finish (a progress bar's hook).
+    """
+    env_options = {} if config.max_turns is None else {"max_turns": config.max_turns}
+    episodes = [
+        _Episode(
+            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), record, sample, config.seed
+        )
+        for record in records
+        for sample in range(config.samples)
+    ]
+    live = list(episodes)
+    while live:
+        replies = agent.act([episode.turn() for episode in live])
+        for episode, reply in zip(live, replies, strict=True):
+            episode.step(reply.text, reply.prompt_tokens, reply.completion_tokens)
+        finished = sum(episode.done for episode in live)
+        live = [episode for episode in live if not episode.done]
+        if advance is not None and finished:
+            advance(finished)
+    for episode in episodes:
+        episode.env.close()
+    return [episode.result for episode in episodes]
+
+
+def evaluate(
+    agent: Agent, env_id: str, config: LeaderboardConfig, advance: Any = None
+) -> dict[str, Any] | None:
+    """One leaderboard row (with its episodes), or ``None`` when the agent cannot play ``env_id``."""
+    probe = gym.make(env_id).unwrapped
+    supported = agent.supports(probe)  # type: ignore[arg-type]
+    probe.close()
+    if not supported:
+        return None
+    all_records = load_eval_set(env_id)
+    records = all_records[: config.limit] if config.limit else all_records
+    agent.prepare(env_id)
+    start = time.perf_counter()
+    episodes = play(agent, env_id, records, config, advance)
+    row: dict[str, Any] = {
+        "agent": agent.name,
+        "env_id": env_id,
+        "levels": len(records),
+        "eval_set_size": len(all_records),
+        "samples": config.samples,
+        "seed": config.seed,
+        "max_turns": config.max_turns,
+        "agent_settings": agent.settings,
+        "seconds": round(time.perf_counter() - start, 3),
+        "summary": summarize(episodes, config.samples),
+    }
+    difficulties = sorted({episode.difficulty for episode in episodes if episode.difficulty is not None})
+    if len(difficulties) > 1:
+        row["by_difficulty"] = {
+            name: summarize([e for e in episodes if e.difficulty == name], config.samples)
+            for name in difficulties
+        }
+    row["episodes"] = [asdict(episode) for episode in episodes]
+    return row
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Any]:
+    """A rich progress bar when available and wanted; otherwise a silent stand-in."""
+    if enabled:
+        try:
+            from rich.progress import Progress
+        except ImportError:
+            enabled = False
+    if not enabled:
+        yield None
+        return
+    with Progress() as progress:
+        yield progress
+
+
+def run(config: LeaderboardConfig) -> dict[str, Any]:
+    """Evaluate every agent on every env; returns the leaderboard document (not yet written)."""
+    env_ids = config.env_ids()
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    run_provenance = provenance()
+    with _progress_bar(config.progress) as progress:
+        for spec in config.agents:
+            agent = make_agent(spec, config.options)
+            try:
+                for env_id in env_ids:
+                    advance = _task(progress, agent.name, env_id, config)
+                    row = evaluate(agent, env_id, config, advance)
+                    if row is None:
+                        skipped.append({"agent": agent.name, "env_id": env_id})
+                        continue
+                    row["provenance"] = run_provenance
+                    rows.append(row)
+            finally:
+                agent.close()
+    return {**run_provenance, "config": _config_record(config), "results": rows, "skipped": skipped}
+
+
+def _task(progress: Any, agent_name: str, env_id: str, config: LeaderboardConfig) -> Any:
+    if progress is None:
+        return None
+    size = len(load_eval_set(env_id))
+    total = (min(size, config.limit) if config.limit else size) * config.samples
+    task = progress.add_task(f"{agent_name} on {env_id}", total=total)
+    return lambda count: progress.advance(task, count)
+
+
+def _config_record(config: LeaderboardConfig) -> dict[str, Any]:
+    record = asdict(config)
+    record["output_dir"] = str(config.output_dir)
+    return record
+
+
+# ---------------------------------------------------------------------- output
+def merge_results(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """``current`` plus the rows of ``previous`` for (agent, env) pairs ``current`` did not run."""
+    redone = {(row["agent"], row["env_id"]) for row in current["results"]}
+    kept = [row for row in previous.get("results", []) if (row["agent"], row["env_id"]) not in redone]
+    return {**current, "results": kept + current["results"]}
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """The leaderboard table, one row per (env, agent), best success first within an env."""
+    rows = sorted(
+        document["results"], key=lambda row: (row["env_id"], -row["summary"]["success_rate"], row["agent"])
+    )
+    show_pass = any(row["samples"] > 1 for row in rows)
+    header = ["env", "agent", "levels", "success % (95% CI)", "return", "turns", "invalid %", "tokens/ep"]
+    header += ["pass@k"] if show_pass else []
+    table = [_table_row(row, show_pass) for row in rows]
+    commits = sorted({row.get("provenance", document).get("commit", "unknown")[:10] for row in rows})
+    footer = (
+        "\n\nLevels: eval levels played / eval set size (fewer means a `--limit`). "
+        "Success interval: Wilson 95%. Invalid %: per turn. "
+        "Tokens/ep: generated tokens per episode (LLM agents). "
+        f"Commit {', '.join(commits)}; every episode's outcome, seeds and settings are in `leaderboard.json`.\n"
+    )
+    return markdown_table(header, table) + footer
+
+
+def _table_row(row: dict[str, Any], show_pass: bool) -> list[str]:
+    summary = row["summary"]
+    low, high = summary["success_ci95"]
+    levels = str(row["levels"])
+    if row["levels"] != row["eval_set_size"]:
+        levels += f"/{row['eval_set_size']}"
+    if row["samples"] > 1:
+        levels += f" x{row['samples']}"
+    if row.get("max_turns"):
+        levels += f" (max {row['max_turns']} turns)"
+    tokens = summary["completion_tokens_per_episode"]
+    cells = [
+        row["env_id"].removeprefix("llmgym/"),
+        f"`{row['agent']}`",
+        levels,
+        f"{100 * summary['success_rate']:.1f} ({100 * low:.1f}-{100 * high:.1f})",
+        f"{summary['mean_return']:.3f}",
+        f"{summary['mean_turns']:.1f}",
+        f"{100 * summary['invalid_action_rate']:.1f}",
+        f"{tokens:.0f}" if tokens else "-",
+    ]
+    if show_pass:
+        pass_k = summary.get("pass_at_k")
+        cells.append(f"{100 * pass_k[str(row['samples'])]:.1f} (k={row['samples']})" if pass_k else "-")
+    return cells
+
+
+def chart(document: dict[str, Any], path: Path) -> Path:
+    """Grouped horizontal bars of success rate with Wilson 95% intervals, one group per env."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    env_ids = sorted({row["env_id"] for row in document["results"]})
+    agents = sorted({row["agent"] for row in document["results"]})
+    by_pair = {(row["env_id"], row["agent"]): row["summary"] for row in document["results"]}
+    height = 0.8 / max(len(agents), 1)
+    figure, axes = plt.subplots(figsize=(10, 1.2 + 0.9 * len(env_ids)))
+    for slot, agent in enumerate(agents):
+        positions, rates, errors = [], [], [[], []]
+        for index, env_id in enumerate(env_ids):
+            summary = by_pair.get((env_id, agent))
+            if summary is None:
+                continue
+            rate = summary["success_rate"]
+            low, high = summary["success_ci95"]
+            positions.append(index + slot * height)
+            rates.append(100 * rate)
+            errors[0].append(100 * max(rate - low, 0.0))  # max: rounding at 0% and 100%
+            errors[1].append(100 * max(high - rate, 0.0))
+        axes.barh(positions, rates, height=height, xerr=errors, capsize=2, label=agent)
+    axes.set_yticks([index + height * (len(agents) - 1) / 2 for index in range(len(env_ids))])
+    axes.set_yticklabels([env_id.removeprefix("llmgym/") for env_id in env_ids])
+    axes.invert_yaxis()
+    axes.set_xlim(0, 100)
+    axes.set_xlabel("success rate % (Wilson 95% interval)")
+    axes.set_title("llmgym leaderboard")
+    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def to_json(document: dict[str, Any]) -> str:
+    """Indented JSON with one line per episode: readable and diffable at a third of the size."""
+    episodes: list[list[dict[str, Any]]] = []
+    rows = []
+    for row in document["results"]:
+        rows.append({**row, "episodes": f"@episodes{len(episodes)}@"})
+        episodes.append(row["episodes"])
+    text = json.dumps({**document, "results": rows}, indent=1, default=str)
+    for index, row_episodes in enumerate(episodes):
+        lines = ",\n   ".join(json.dumps(episode, sort_keys=True) for episode in row_episodes)
+        text = text.replace(f'"@episodes{index}@"', f"[\n   {lines}\n  ]" if row_episodes else "[]", 1)
+    return text + "\n"
+
+
+def write(document: dict[str, Any], output_dir: Path) -> dict[str, Path]:
+    """Write ``leaderboard.{json,md,png}`` into ``output_dir``; returns their paths."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png")}
+    document = portable(document)
+    paths["json"].write_text(to_json(document))
+    paths["md"].write_text(markdown(document))
+    chart(document, paths["png"])
+    return paths
+
+
+# ---------------------------------------------------------------------- command line
+def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
+    parser = argparse.ArgumentParser(prog="llmgym-bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", nargs="+", default=list(LeaderboardConfig.agents),
+                        help="random, optimal, sb3-ppo, jax-ppo:<checkpoint dir>, vllm[:<model>], "
+                             "checkpoint:<dir>, openai:<base_url>#<model>")
+    parser.add_argument("--envs", nargs="+", default=[], help="env ids (default: every id with an eval set)")
+    parser.add_argument("--limit", type=int, default=None, help="first N levels of each eval set")
+    parser.add_argument("--samples", type=int, default=1, help="episodes per level (pass@k for > 1)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-turns", type=int, default=None, help="override the envs' turn limit")
+    parser.add_argument("--temperature", type=float, default=Sampling.temperature)
+    parser.add_argument("--top-p", type=float, default=Sampling.top_p)
+    parser.add_argument("--max-tokens", type=int, default=Sampling.max_tokens, help="tokens per turn")
+    parser.add_argument("--history", type=int, default=Sampling.history, help="past exchanges in the prompt")
+    parser.add_argument("--max-model-len", type=int, default=Sampling.max_model_len)
+    parser.add_argument("--concurrency", type=int, default=Sampling.concurrency,
+                        help="openai requests in flight")
+    parser.add_argument("--ppo-timesteps", type=int, default=AgentOptions.ppo_timesteps)
+    parser.add_argument("--backend", choices=("vllm", "hf"), default=AgentOptions.backend,
+                        help="generation backend of checkpoint:<dir> agents")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--merge", action="store_true",
+                        help="keep other rows of an existing leaderboard.json")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    sampling = Sampling(
+        temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, history=args.history,
+        max_model_len=args.max_model_len, concurrency=args.concurrency,
+    )
+    return LeaderboardConfig(
+        agents=tuple(args.agents),
+        envs=tuple(env if "/" in env else f"llmgym/{env}" for env in args.envs),
+        limit=args.limit,
+        samples=args.samples,
+        seed=args.seed,
+        max_turns=args.max_turns,
+        options=AgentOptions(sampling=sampling, seed=args.seed, ppo_timesteps=args.ppo_timesteps,
+                             backend=args.backend),
+        output_dir=args.output_dir,
+        merge=args.merge,
+        progress=not args.no_progress,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    config = parse_args(argv)
+    document = run(config)
+    previous = config.output_dir / "leaderboard.json"
+    if config.merge and previous.is_file():
+        document = merge_results(json.loads(previous.read_text()), document)
+    paths = write(document, config.output_dir)
+    print(markdown(document))
+    print("wrote " + ", ".join(str(path) for path in paths.values()))
+
+
+if __name__ == "__main__":
+    main()

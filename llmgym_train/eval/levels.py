@@ -1,0 +1,42 @@
+"""Which levels an evaluation plays: the frozen eval sets, or the eval seeds where there is none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
+
+if TYPE_CHECKING:
+    from llmgym_train.config import EnvSpec
+    from llmgym_train.episode import EpisodeStart
+
+
+def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
+    """``(seed, reset options)`` of the first ``count`` frozen eval levels of ``env_id``.
+
+    An env without a frozen eval set (a user's own env), or one whose options change its
+    levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
+    """
+    if not use_eval_set or not has_eval_set(env_id):
+        return [(EVAL_SEED_BASE + index, None) for index in range(count)]
+    return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
+
+
+def eval_starts(
+    envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True
+) -> tuple[list[EpisodeStart], list[str]]:
+    """The episodes of a policy evaluation and their metric labels: the first ``levels`` eval levels of each env.
+
+    Each episode is its own group (an evaluation compares nothing within a group), and plays
+    its level through reset options where the env has a frozen eval set (see :func:`eval_levels`).
+    """
+    from llmgym_train.episode import EpisodeStart  # the trainer's side: torch is loaded by then
+
+    starts: list[EpisodeStart] = []
+    labels: list[str] = []
+    for spec in envs:
+        for seed, options in eval_levels(spec.id, levels, use_eval_set):
+            starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
+            labels.append(spec.label)
+    return starts, labels
