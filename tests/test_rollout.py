@@ -275,3 +275,13 @@ def test_smollm2_vllm_rollout_is_token_exact(vllm_generator: Any, smollm2_tokeni
     for trajectory in checked:
         assert_matches_rendering(chat, trajectory)
     assert sum(len(t.turns) > 1 for t in checked) >= 1  # multi-turn cases were checked
+
+
+def test_an_agent_overriding_the_removed_next_observation_hook_is_refused_at_class_creation():
+    from llmgym_train.agents import ChainAgent
+
+    with pytest.raises(TypeError, match="observation_rule"):
+
+        class OldStyle(ChainAgent):  # noqa: F841
+            def next_observation(self, builder, completion, text):
+                return True

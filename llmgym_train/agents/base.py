@@ -71,6 +71,16 @@ class Agent:
     #: envs stay in the rollout's process even when env workers are configured.
     needs_local_env: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "next_observation" in vars(cls):
+            # The chain loop reads ``observation_rule``; a method of the old name would be ignored.
+            raise TypeError(
+                f"{cls.__name__} defines next_observation, which the chain loop no longer calls. Set the class "
+                "attribute observation_rule = staticmethod(rule) instead, with rule(chat, builder, completion, "
+                "text) -> bool (see llmgym_train.agents.chain.append_observation and fresh_context)."
+            )
+
     def __init__(self, chat: ChatTokens, config: AgentConfig) -> None:
         self.chat = chat
         self.config = config
