@@ -42,7 +42,8 @@ Presets (one per env family, in :data:`PRESETS`):
   on-policy; evaluation stays greedy). At temperature 1 the base model's choice is peaked
   (0.31 nats at the first step) and seed 0 swung between 0% and 47% over 40 minutes, ending at
   37.5%; at temperature 2 it rose steadily to 59.4% in the same 40 minutes
-  (``benchmarks/results/recipe_trials/choice-temperature-2``).
+  (``benchmarks/results/recipe_trials/choice-temperature-2``). An evaluation every 10 steps
+  (each takes half a minute to a minute of the budget).
   Free generation with an invalid-move penalty collapsed here: the base model writes a move in
   about 7% of turns, mostly ``Down``, so the first steps rewarded "any valid move" and the
   policy settled on one move (entropy 5.2 -> 0.03 in six steps) before any success.
@@ -136,7 +137,7 @@ PRESETS: dict[str, Preset] = {
             *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
             "rollout.response_prefix=<answer>", 'rollout.choices=["Left","Down","Right","Up"]',
             "rollout.max_new_tokens=1", "rollout.max_model_len=256", "optim.micro_batch_size=64", "optim.lr=2e-5",
-            "rollout.temperature=2.0", "eval.every=5",
+            "rollout.temperature=2.0", "eval.every=10",
         ),
     ),
     "sokoban-v1": Preset(

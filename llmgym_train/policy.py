@@ -115,7 +115,9 @@ class Policy:
                 ``None``: every position.
         """
         with self._autocast():
-            hidden, logits, wanted = self._forward(self.model, input_ids, attention_mask, positions)
+            hidden, logits, wanted = self._forward(
+                self.model, input_ids, attention_mask, positions, merge_last_token=not values
+            )
             logits, targets = self._restrict(logits, input_ids[:, 1:][wanted])
             result = {"logprobs": _place(token_logprobs(logits, targets), wanted)}  # (B, T)
             if entropy:  # (B, T); with a gradient only when an entropy bonus is trained
@@ -159,11 +161,19 @@ class Policy:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast is not None)
 
     def _forward(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor | None
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor | None,
+        merge_last_token: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Final hidden states ``(B, T, H)``, the logits that predict the wanted tokens ``(N, V)``, and ``wanted`` ``(B, T-1)``.
 
-        ``wanted[:, t]`` marks token ``t + 1``, predicted by position ``t``.
+        ``wanted[:, t]`` marks token ``t + 1``, predicted by position ``t``. With
+        ``merge_last_token``, rows that differ in their last token only run once (see
+        :func:`same_context_rows`); the hidden state at a row's last token is then its
+        representative's, which no logit reads (callers that read it, the value head, pass False).
         """
         batch, width = input_ids.shape
         if positions is None:
@@ -171,7 +181,13 @@ class Policy:
         else:
             wanted = positions[:, 1:].bool()
         if self._selective_head:
-            hidden = self._decode(model.get_decoder(), input_ids, attention_mask)
+            decoder = model.get_decoder()
+            if merge_last_token:
+                unique, inverse = same_context_rows(input_ids, attention_mask)
+            if merge_last_token and len(unique) < batch:
+                hidden = self._decode(decoder, input_ids[unique], attention_mask[unique])[inverse]
+            else:
+                hidden = self._decode(decoder, input_ids, attention_mask)
             return hidden, model.get_output_embeddings()(hidden[:, :-1][wanted]), wanted
         outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         return outputs.hidden_states[-1], outputs.logits[:, :-1][wanted], wanted
@@ -271,6 +287,32 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) 
     differs = (~same).nonzero()
     length = int(differs[0]) if len(differs) else input_ids.shape[1]
     return min(length, int(attention_mask.sum(dim=1).min()) - 1)
+
+
+def same_context_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows to run, ``(U,)``, and each row's representative among them, ``(B,)``: rows alike but for their last token share one.
+
+    Under causal attention a position never sees what follows it, so two rows of the same
+    length whose tokens agree everywhere but at the last have the same hidden states at every
+    earlier position, and those predict every token of both rows (the last included). In turn
+    samples of a grid env one state is often visited by several episodes of a group: the same
+    prompt with another chosen action. Indexing the representatives' hidden states back out
+    sums the duplicates' gradients into them, so gradients are those of the full batch.
+
+    Args:
+        input_ids: ``(B, T)`` right-padded.
+        attention_mask: ``(B, T)``.
+    """
+    lengths = attention_mask.sum(dim=1)  # (B,)
+    keys = torch.where(attention_mask.bool(), input_ids, -1)  # (B, T)
+    keys[torch.arange(len(keys)), (lengths - 1).clamp(min=0)] = -2
+    _, inverse = torch.unique(keys, dim=0, return_inverse=True)  # (B,) numbered in sorted key order
+    first = torch.full((int(inverse.max()) + 1,), len(keys), dtype=torch.long)
+    first = first.scatter_reduce(0, inverse, torch.arange(len(keys)), reduce="amin")  # each key's first row
+    order = torch.argsort(first)  # representatives in batch order: the rows stay sorted by length
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    return first[order], rank[inverse]
 
 
 def _place(picked: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ from llmgym_train.eval.levels import eval_starts
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
-from llmgym_train.policy import Policy
+from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.tree import played_work, tree_samples
 from llmgym_train.update import normalizer, run_epochs, score_batch, with_signal
@@ -241,11 +241,15 @@ class Trainer:
         self._consistent = False
         samples, filter_metrics = self._filtered_samples(trajectories)
         update_metrics: dict[str, Any] = {"samples": len(samples)}
+        update_started = time.perf_counter()
         if samples:
             batch = self._prepare(samples)
             update_metrics.update(self._update(batch))
         self.step += 1
+        sync_started = time.perf_counter()
         self._sync_weights()
+        update_metrics["time/update_s"] = sync_started - update_started
+        update_metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
         metrics = {**rollout_metrics, **filter_metrics, **update_metrics, "step_seconds": time.perf_counter() - started}
         self.log.log(self.step, "train", metrics)
         self._consistent = True
@@ -371,9 +375,11 @@ class Trainer:
         )
         self.nan_steps += int(result.non_finite)
         self.nan_streak = self.nan_streak + 1 if result.non_finite else 0
+        contexts = len(same_context_rows(batch.input_ids, batch.attention_mask)[0]) if len(batch) else 0
         return {
             **result.means, "updates": result.updates, "skipped_non_finite": int(result.non_finite),
             "nan_steps_total": self.nan_steps, "samples_without_signal": without_signal,
+            "samples_trained": len(batch), "contexts_trained": contexts,
         }
 
     def _sync_weights(self) -> None:

@@ -17,7 +17,7 @@ import torch
 from llmgym_train.algorithms import aggregate, clipped_surrogate, kl_divergence, value_loss
 from llmgym_train.batching import Batch, token_budget_groups
 from llmgym_train.config import LossConfig, OptimConfig
-from llmgym_train.policy import Policy
+from llmgym_train.policy import Policy, same_context_rows
 
 
 def micro_batches(batch: Batch, size: int, max_tokens: int = 0) -> Iterator[Batch]:
@@ -33,8 +33,15 @@ def micro_batches(batch: Batch, size: int, max_tokens: int = 0) -> Iterator[Batc
 
 
 def by_length(batch: Batch) -> torch.Tensor:
-    """The order of ``batch``'s rows from longest to shortest: chunks of it carry the least padding."""
-    return torch.argsort(batch.attention_mask.sum(dim=1), descending=True, stable=True)
+    """The order of ``batch``'s rows from longest to shortest, rows of one context together.
+
+    Chunks of it carry the least padding, and rows that differ in their last token only (see
+    :func:`~llmgym_train.policy.same_context_rows`) land in the same micro-batch, where the
+    forward runs them once.
+    """
+    lengths = batch.attention_mask.sum(dim=1)
+    _, context = same_context_rows(batch.input_ids, batch.attention_mask)
+    return torch.argsort(-lengths * (len(batch) + 1) + context, stable=True)
 
 
 def normalizer(batch: Batch, aggregation: str) -> float:

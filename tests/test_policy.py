@@ -128,3 +128,70 @@ def test_choices_that_are_not_one_token_are_refused_with_the_fix(char_tokenizer:
 
     with pytest.raises(InvalidOptionError, match="expected exactly one token"):
         ChatTokens(char_tokenizer).choice_token_ids(["Left", "Down"])
+
+
+def _turn_rows(tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Six one-token turn samples: three prompts, two of them chosen twice or three times with other actions."""
+    prompts = ["Board A: P _ G. Move?", "Board B: _ P G. Move!", "Board A: P _ G. Move?"]
+    prompts += ["Board A: P _ G. Move?", "Board B: _ P G. Move!", "Board C: G P _?"]
+    actions = ["L", "R", "R", "L", "U", "D"]
+    rows = [tokenizer.encode(p, add_special_tokens=False) + tokenizer.encode(a, add_special_tokens=False)
+            for p, a in zip(prompts, actions, strict=True)]
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.tensor(row)
+        attention_mask[index, : len(row)] = 1
+        positions[index, len(row) - 1] = 1
+    return input_ids, attention_mask, positions
+
+
+def test_same_context_rows_pairs_rows_that_differ_in_their_last_token_only(char_tokenizer: Any) -> None:
+    input_ids, attention_mask, _ = _turn_rows(char_tokenizer)
+    unique, inverse = policy_module.same_context_rows(input_ids, attention_mask)
+    assert unique.tolist() == [0, 1, 5]  # the first row of each context, in batch order
+    assert inverse.tolist() == [0, 1, 0, 0, 1, 2]
+    # Same tokens but for the last, yet of different lengths (padding differs): not merged.
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]])
+    assert policy_module.same_context_rows(ids, torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]))[0].tolist() == [0, 1]
+    # A difference before the last token: not merged.
+    ids = torch.tensor([[5, 6, 7], [5, 9, 7]])
+    assert policy_module.same_context_rows(ids, torch.ones_like(ids))[0].tolist() == [0, 1]
+
+
+def test_rows_differing_in_their_last_token_run_once_with_the_full_forwards_logprobs_and_gradients(
+    random_tiny_model: Any, char_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    input_ids, attention_mask, positions = _turn_rows(char_tokenizer)
+    policy = Policy(random_tiny_model, char_tokenizer, None, with_reference=False)
+    policy.train()
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0, -1.0, 2.0])  # per-row advantages, duplicates included
+
+    def run() -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+        policy.model.zero_grad()
+        out = policy.score(input_ids, attention_mask, positions=positions, entropy=True, entropy_grad=True)
+        loss = (out["logprobs"].sum(dim=1) * weights).sum() + out["entropy"].sum()
+        loss.backward()
+        return out, [p.grad.clone() for p in policy.trainable_parameters()]
+
+    rows_run: list[int] = []
+    original = policy.model.get_decoder().forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        rows_run.append(int(kwargs["input_ids"].shape[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(policy.model.get_decoder(), "forward", counting)
+    merged, merged_grads = run()
+    assert max(rows_run) == 3  # three contexts among six rows
+    monkeypatch.setattr(policy_module, "same_context_rows", lambda ids, mask: (torch.arange(len(ids)), torch.arange(len(ids))))
+    rows_run.clear()
+    full, full_grads = run()
+    assert max(rows_run) == 6
+    assert merged["logprobs"][0].sum() != merged["logprobs"][2].sum()  # same context, other action
+    for key in full:
+        torch.testing.assert_close(merged[key], full[key], rtol=1e-4, atol=1e-5)
+    for got, expected in zip(merged_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5)
