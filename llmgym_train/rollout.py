@@ -110,7 +110,8 @@ async def arollout(
         raise ValueError("Every EpisodeStart needs its own episode_index (it routes the agent's completions).")
     own_pool = env_pool is None and not agent_cls.needs_local_env
     pool = EnvPool() if own_pool else env_pool
-    envs, coordinators = _episode_envs(episodes, pool, agent_cls.needs_local_env, env_timer)
+    envs: list[Any] = []
+    coordinators: list[VectorEpisodes] = []
     live = {"agents": len(episodes)}
     trees = TreeRollout(tree, episodes) if tree is not None else None
 
@@ -126,6 +127,7 @@ async def arollout(
             obs_queue.put_nowait(None)  # wakes the loop to re-check how many agents are live
 
     try:
+        envs, coordinators = _episode_envs(episodes, pool, agent_cls.needs_local_env, env_timer)
         tasks = [asyncio.create_task(play(index)) for index in range(len(episodes))]
         server = asyncio.create_task(_serve(generator, obs_queue, act_queues, live, timing, max_batch_wait))
         await _wait_all([server, *tasks])
