@@ -88,6 +88,7 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
     * Snapshots: ``get_state(indices)`` returns each sub-env's ``get_state()`` (picklable, see
       :class:`llmgym.core.EnvState`) and ``set_state(states, indices)`` restores them, into the
       same sub-envs or others made with the same id, on any backend; see :meth:`set_state`.
+      ``await aget_state(...)`` / ``await aset_state(...)`` do the same from an event loop.
 
     Failures: a sub-env that raises surfaces as :class:`llmgym.error.SubEnvError` naming its
     index and seed, with the original traceback; the other sub-envs of that call did run, and
