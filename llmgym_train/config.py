@@ -421,15 +421,15 @@ class ModelConfig:
 class DistributedConfig:
     """Where rollouts run: this process (``local``) or Ray actors on a cluster.
 
-    On Ray, the rollout's envs live in env actors (the vector env's Ray backend, through
-    :class:`llmgym_train.envs.RayEnvWorkers`) and generation in rollout engines
+    On Ray, the rollout's envs live in env actors (the vector env's Ray backend, in the
+    trainer's :class:`llmgym_train.envs.EnvPool`) and generation in rollout engines
     (:class:`llmgym_train.generation.ray_engines.RolloutEngines`). ``local`` never imports Ray.
     """
 
     #: ``local``: no Ray, everything in this process. ``auto``: join the cluster this machine
     #: belongs to (``ray start`` ran here). Or an address: ``HOST:6379`` or ``ray://HOST:10001``.
     ray_address: str = "local"
-    #: Ray actors that host the rollout's envs (``RayEnvWorkers``), and a vector env's
+    #: Ray actors that host each of the rollout's vector envs (``EnvPool``), and a vector env's
     #: sub-envs (see :meth:`vector_env_options`); 0 keeps the envs in the trainer's process.
     num_env_workers: int = 1
     #: Generators, one per Ray actor; each serves a share of every batch of requests.

@@ -7,7 +7,7 @@ pushes the new weights into the generator. The math lives in :mod:`llmgym_train.
 the loss plumbing in :mod:`llmgym_train.update`; this module only decides the order.
 
 Reproducibility: level seeds, sampling seeds and minibatch orders are all derived from
-``(config.seed, step)``, so a run resumed from a checkpoint at step ``k`` continues exactly
+``(config.seed, step)`` by the episode planner (:mod:`llmgym_train.planner`), so a run resumed from a checkpoint at step ``k`` continues exactly
 as the uninterrupted run would (the checkpoint also holds the optimizer and torch's RNG).
 
 A run folder holds ``config.yaml``, ``checkpoint.pt`` (what resuming needs), ``model/`` (the
@@ -41,11 +41,12 @@ from llmgym_train.batching import Batch, collate
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
+from llmgym_train.envs import EnvPool
 from llmgym_train.episode import EpisodeStart
-from llmgym_train.eval.levels import eval_starts
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
+from llmgym_train.planner import plan_eval, plan_groups, sampling_seed, update_seed
 from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.tree import played_work, tree_samples
@@ -133,12 +134,12 @@ class Trainer:
             self._restore(checkpoint)
         else:
             torch.manual_seed(config.seed)
-        self.env_workers = self._make_env_workers()
+        #: The vector envs every rollout of the run steps (Ray env actors when ``distributed`` says so).
+        self.env_pool: EnvPool | None = EnvPool.from_config(config.distributed)
         try:
             self.generator = self._make_generator()
         except BaseException:
-            if self.env_workers is not None:
-                self.env_workers.close()
+            self.env_pool.close()
             raise
         self.log = RunLog(
             self.output, config.steps, progress=config.progress, start_step=self.step, max_minutes=config.max_minutes,
@@ -157,17 +158,9 @@ class Trainer:
         if self.generator is not None:
             self.generator.close()
             self.generator = None
-        if self.env_workers is not None:
-            self.env_workers.close()
-            self.env_workers = None
-
-    def _make_env_workers(self) -> Any:
-        distributed = self.config.distributed
-        if not (distributed.enabled and distributed.num_env_workers):
-            return None
-        from llmgym_train.envs import RayEnvWorkers
-
-        return RayEnvWorkers.from_config(distributed)
+        if self.env_pool is not None:
+            self.env_pool.close()
+            self.env_pool = None
 
     def _make_generator(self) -> Any:
         rollout = self.config.rollout
@@ -258,25 +251,16 @@ class Trainer:
     # ------------------------------------------------------------------ rollout
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, Any]]:
         """Play this step's training episodes: each env's groups, group members on one level."""
-        starts: list[EpisodeStart] = []
-        labels: list[str] = []
-        group = 0
-        for env_index, spec in enumerate(self.config.train_envs):
-            level_seeds = _seeds(self.config.seed, step, env_index, count=spec.n_groups)
-            for level_seed in level_seeds:
-                for _ in range(self.config.rollout.episodes_per_group):
-                    starts.append(EpisodeStart(len(starts), spec.id, int(level_seed), group, dict(spec.options)))
-                    labels.append(spec.label)
-                group += 1
+        plan = plan_groups(self.config.train_envs, self.config.rollout.episodes_per_group, self.config.seed, step)
         rollout = self.config.rollout
         sampling = SamplingSpec(
             max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
             allowed_token_ids=self.choice_ids,
         )
-        sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
-        trajectories, timing = self._play(starts, sampling, sampling_seed, tree=rollout.tree if rollout.tree.enabled else None)
+        seed = sampling_seed(self.config.seed, step)
+        trajectories, timing = self._play(plan.starts, sampling, seed, tree=rollout.tree if rollout.tree.enabled else None)
         timing.update(played_work(trajectories, timing["time/total_s"]))
-        return trajectories, {**episode_metrics(trajectories, labels), **timing}
+        return trajectories, {**episode_metrics(trajectories, plan.labels), **timing}
 
     def _play(
         self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None, tree: TreeConfig | None = None
@@ -289,7 +273,7 @@ class Trainer:
             sampling_seed=sampling_seed,
         )
         result = run_rollout(
-            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_workers=self.env_workers,
+            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_pool=self.env_pool,
             tree=tree,
         )
         timing = {key: value for key, value in result.metrics.items() if key.startswith(("time/", "tokens/"))}
@@ -361,7 +345,7 @@ class Trainer:
     def _update(self, batch: Batch) -> dict[str, Any]:
         config = self.config
         self.policy.train()
-        generator = torch.Generator().manual_seed(int(_seeds(config.seed, self.step, 20_000, count=1)[0] % 2**62))
+        generator = torch.Generator().manual_seed(update_seed(config.seed, self.step))
         divisor, without_signal = None, 0
         if batch.old_logprobs is None and config.loss.entropy_coef == 0:
             # A single on-policy update: samples without advantage add no gradient (update.with_signal).
@@ -392,11 +376,11 @@ class Trainer:
         if self.config.eval.disabled:
             return {}
         self.log.status(f"step {self.step}: evaluating")
-        starts, labels = eval_starts(self.config.validation_envs, self.config.eval.levels, self.config.eval.use_eval_set)
+        plan = plan_eval(self.config.validation_envs, self.config.eval.levels, self.config.eval.use_eval_set)
         max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
         sampling = SamplingSpec(max_tokens=max_tokens, temperature=0.0, allowed_token_ids=self.choice_ids)
-        trajectories, _ = self._play(starts, sampling, None)
-        metrics = episode_metrics(trajectories, labels)
+        trajectories, _ = self._play(plan.starts, sampling, None)
+        metrics = episode_metrics(trajectories, plan.labels)
         self.log.log(self.step, "eval", metrics)
         self.last_eval_step = self.step
         return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in self.config.validation_envs}
@@ -503,11 +487,6 @@ def _records_covered(state: dict[str, Any], output: Path) -> int:
         except json.JSONDecodeError:  # the last line, cut off by the kill
             break
     return covered
-
-
-def _seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:
-    """``count`` seeds for (run seed, step, stream): the same in every process and after a resume."""
-    return np.random.SeedSequence([seed, step, stream]).generate_state(count, dtype=np.uint64) % (2**63 - 1)
 
 
 __all__ = ["RunSummary", "Trainer"]
