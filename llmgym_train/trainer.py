@@ -22,7 +22,6 @@ written after it and rebuilds the TensorBoard events from the rest, so no step i
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -50,7 +49,7 @@ from llmgym_train.planner import plan_eval, plan_groups, sampling_seed, update_s
 from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.tree import played_work, tree_samples
-from llmgym_train.update import normalizer, run_epochs, score_batch, with_signal
+from llmgym_train.update import normalizer, run_epochs, scheduled_lr, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
 #: Tests set this to ``POINT@STEP`` to SIGKILL the process at that point of that step (see :func:`_kill_point`).
@@ -125,6 +124,9 @@ class Trainer:
         self.step = 0
         self.nan_steps = 0
         self.nan_streak = 0
+        #: Seconds of the time budget used before this process's training loop began (a resumed run).
+        self.budget_used_s = 0.0
+        self._budget_started: float | None = None
         #: The step of the last logged evaluation (None: none yet).
         self.last_eval_step: int | None = None
         #: False from a step's first weight update until its metrics are logged: a checkpoint
@@ -189,12 +191,13 @@ class Trainer:
         try:
             if self.step == 0 and self.last_eval_step is None:
                 self.evaluate()
-            # The budget counts training only, so a slow first evaluation cannot use it up.
-            deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else math.inf
-            self.log.start_budget()
+            # The budget counts training only, so a slow first evaluation cannot use it up; a
+            # resumed run has what its checkpoint had left.
+            self._budget_started = time.monotonic()
+            self.log.start_budget(self.budget_used_s)
             self.log.advance(self.step, None, self._last_eval_success())
             while self.step < config.steps:
-                if time.monotonic() >= deadline:
+                if config.max_minutes and self._budget_used() >= 60 * config.max_minutes:
                     stop_reason = f"time budget of {config.max_minutes:g} minutes used"
                     break
                 metrics = self.train_step()
@@ -227,9 +230,24 @@ class Trainer:
             curve=curve,
         )
 
+    def _budget_used(self) -> float:
+        """Seconds of the time budget used so far (evaluations after the first count)."""
+        running = 0.0 if self._budget_started is None else time.monotonic() - self._budget_started
+        return self.budget_used_s + running
+
+    def progress(self) -> float:
+        """How far the run is, 0 to 1: the larger of its steps and its time budget used (what the lr schedule reads)."""
+        done = self.step / self.config.steps if self.config.steps else 0.0
+        if self.config.max_minutes:
+            done = max(done, self._budget_used() / (60 * self.config.max_minutes))
+        return min(done, 1.0)
+
     def train_step(self) -> dict[str, Any]:
         """One rollout and update; returns the step's metrics (also logged)."""
         started = time.perf_counter()
+        lr = scheduled_lr(self.config.optim, self.progress())
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         trajectories, rollout_metrics = self.collect(self.step)
         self._consistent = False
         samples, filter_metrics = self._filtered_samples(trajectories)
@@ -243,7 +261,9 @@ class Trainer:
         self._sync_weights()
         update_metrics["time/update_s"] = sync_started - update_started
         update_metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
-        metrics = {**rollout_metrics, **filter_metrics, **update_metrics, "step_seconds": time.perf_counter() - started}
+        metrics = {
+            **rollout_metrics, **filter_metrics, **update_metrics, "lr": lr, "step_seconds": time.perf_counter() - started,
+        }
         self.log.log(self.step, "train", metrics)
         self._consistent = True
         return metrics
@@ -405,6 +425,7 @@ class Trainer:
             "nan_steps": self.nan_steps,
             "nan_streak": self.nan_streak,
             "last_eval_step": self.last_eval_step,
+            "budget_used_s": self._budget_used(),
             "metrics_records": len(self.log.records),
             "policy": self.policy.trainable_state(),
             "optimizer": self.optimizer.state_dict(),
@@ -458,6 +479,7 @@ class Trainer:
         self.nan_steps = int(state["nan_steps"])
         self.nan_streak = int(state["nan_streak"])
         self.last_eval_step = state.get("last_eval_step", self.step)
+        self.budget_used_s = float(state.get("budget_used_s", 0.0))
 
 
 def _kill_point(name: str, step: int) -> None:
