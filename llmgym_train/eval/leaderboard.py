@@ -11,6 +11,10 @@ One command writes three files next to each other (default ``benchmarks/results/
 * ``leaderboard.json``: provenance, settings, summaries and every episode's outcome;
 * ``leaderboard.png``: success rates with their 95% intervals.
 
+A run folder of ``llmgym-train`` (``checkpoint:<run>``) plays as the run's own evaluation
+does, through :func:`llmgym_train.eval.policy.evaluate_policy`: its agent, response prefix,
+choices and token limits, greedy, each episode resetting with its level's eval-set seed.
+
 Metrics per env (and per difficulty where eval records carry one): success rate with a
 Wilson 95% interval, mean return, mean turns, invalid-action rate (per turn), generated
 tokens per episode (LLM agents), and pass@k over samples (the unbiased estimator of Chen et
@@ -308,7 +312,11 @@ def evaluate(
             name: summarize([e for e in episodes if e.difficulty == name], config.samples)
             for name in difficulties
         }
-    row["episodes"] = [asdict(episode) for episode in episodes]
+    # Rows that keep no actions write none: their episodes read as they always have.
+    row["episodes"] = [
+        {key: value for key, value in asdict(episode).items() if key != "actions" or value is not None}
+        for episode in episodes
+    ]
     return row
 
 
