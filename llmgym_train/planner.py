@@ -138,20 +138,27 @@ def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tupl
     return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
 
 
-def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True) -> EpisodePlan:
+def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True, samples: int = 1) -> EpisodePlan:
     """The episodes of a policy evaluation: the first ``levels`` eval levels of each env.
 
-    Each episode is its own group (an evaluation compares nothing within a group), and plays
-    its level through reset options where the env has a frozen eval set (see :func:`eval_levels`).
+    Each level is played ``samples`` times in a row (the leaderboard's ``--samples``; the
+    trainer plays each once), as one group: an evaluation compares nothing within a group.
+    Episodes play their level through reset options where the env has a frozen eval set (see
+    :func:`eval_levels`).
     """
     from llmgym_train.episode import EpisodeStart
 
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}.")
     starts: list[EpisodeStart] = []
     labels: list[str] = []
+    group = 0
     for spec in envs:
         for seed, options in eval_levels(spec.id, levels, use_eval_set):
-            starts.append(EpisodeStart(len(starts), spec.id, seed, len(starts), dict(spec.options), options))
-            labels.append(spec.label)
+            for _ in range(samples):
+                starts.append(EpisodeStart(len(starts), spec.id, seed, group, dict(spec.options), options))
+                labels.append(spec.label)
+            group += 1
     return EpisodePlan(starts, labels)
 
 

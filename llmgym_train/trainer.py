@@ -42,6 +42,7 @@ from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfi
 from llmgym_train.data import Sample, Trajectory, make_samples
 from llmgym_train.envs import EnvPool
 from llmgym_train.episode import EpisodeStart
+from llmgym_train.eval.policy import PlaySettings, PolicyEvaluation, evaluate_policy
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
@@ -129,6 +130,8 @@ class Trainer:
         self._budget_started: float | None = None
         #: The step of the last logged evaluation (None: none yet).
         self.last_eval_step: int | None = None
+        #: The episodes and metrics of this process's last evaluation (None: none yet).
+        self.last_evaluation: PolicyEvaluation | None = None
         #: False from a step's first weight update until its metrics are logged: a checkpoint
         #: written then would hold half a step.
         self._consistent = True
@@ -392,18 +395,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
-        """Greedy success rate on the first ``eval.levels`` levels of each validation env's eval set."""
-        if self.config.eval.disabled:
+        """Greedy success rate on the first ``eval.levels`` levels of each validation env's eval set.
+
+        The episodes are played by :func:`~llmgym_train.eval.policy.evaluate_policy`, the loop a
+        leaderboard row of this run (``llmgym-bench --agents checkpoint:<run>``) plays too; the
+        last evaluation's episodes stay in :attr:`last_evaluation`.
+        """
+        config = self.config
+        if config.eval.disabled:
             return {}
         self.log.status(f"step {self.step}: evaluating")
-        plan = plan_eval(self.config.validation_envs, self.config.eval.levels, self.config.eval.use_eval_set)
-        max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
-        sampling = SamplingSpec(max_tokens=max_tokens, temperature=0.0, allowed_token_ids=self.choice_ids)
-        trajectories, _ = self._play(plan.starts, sampling, None)
-        metrics = episode_metrics(trajectories, plan.labels)
+        plan = plan_eval(config.validation_envs, config.eval.levels, config.eval.use_eval_set)
+        settings = PlaySettings.of_run(config.rollout, config.eval)
+        self.last_evaluation = evaluate_policy(
+            self.generator, self.chat, settings, plan.starts, plan.labels, env_pool=self.env_pool
+        )
+        metrics = self.last_evaluation.metrics
         self.log.log(self.step, "eval", metrics)
         self.last_eval_step = self.step
-        return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in self.config.validation_envs}
+        return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in config.validation_envs}
 
     def _last_eval_success(self) -> float | None:
         evals = [r for r in self.log.records if r["kind"] == "eval"]
