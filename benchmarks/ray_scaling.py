@@ -77,7 +77,8 @@ def rollout_figures(backend: str, episodes: int, repeats: int) -> dict[int, dict
     from llmgym_train.generation import SamplingSpec
     from llmgym_train.generation.ray_engines import RolloutEngines
     from llmgym_train.models import resolve_model
-    from llmgym_train.rollout import EnvMix, group_episodes, rollout
+    from llmgym_train.planner import EnvMix, group_episodes
+    from llmgym_train.rollout import rollout
 
     folder = resolve_model("smollm2-135m")
     chat = ChatTokens(AutoTokenizer.from_pretrained(folder))

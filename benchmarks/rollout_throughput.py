@@ -60,7 +60,8 @@ def main() -> None:
     from llmgym_train.generation import SamplingSpec
     from llmgym_train.generation.vllm_backend import VllmGenerator
     from llmgym_train.models import resolve_model
-    from llmgym_train.rollout import EnvMix, group_episodes, rollout
+    from llmgym_train.planner import EnvMix, group_episodes
+    from llmgym_train.rollout import rollout
 
     model = resolve_model("smollm2-135m")
     generator = VllmGenerator(model, max_model_len=2048, dtype="bfloat16", seed=args.seed)

@@ -72,6 +72,13 @@ class WorkerDiedError(SubEnvError):
     """A worker process of a vector env died (killed, crashed, or out of memory)."""
 
 
+class SubEnvTimeout(SubEnvError, TimeoutError):
+    """A sub-env call of a vector env outlived ``step_timeout``; carries the sub-env's index and seed.
+
+    Also a ``TimeoutError``, so code that caught the plain timeout keeps working.
+    """
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest choice, or ``""`` when none is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)

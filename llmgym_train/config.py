@@ -37,6 +37,7 @@ Layout = Literal["sequence", "turn"]
 Credit = Literal["episode", "gigpo", "tree"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
+LRSchedule = Literal["constant", "linear", "cosine"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 #: How new weights reach Ray rollout engines.
 TransportName = Literal["object_store", "nccl"]
@@ -282,8 +283,17 @@ class OptimConfig:
     minibatch_size: int = 0
     #: Samples per forward/backward pass; gradients accumulate over a minibatch.
     micro_batch_size: int = 8
+    #: How the learning rate moves over the run: ``constant``, or ``linear`` / ``cosine`` decay from
+    #: ``lr`` to ``lr * lr_final`` by the run's end. The run's progress is the larger of the steps
+    #: done over ``steps`` and the training minutes used over ``max_minutes``, so a run bounded
+    #: by a time budget decays over its minutes (its learning rates then depend on the machine's speed).
+    lr_schedule: LRSchedule = "constant"
+    #: The last learning rate of a decaying schedule, as a fraction of ``lr``.
+    lr_final: float = 0.1
 
     def __post_init__(self) -> None:
+        _check_choice("optim", "lr_schedule", self.lr_schedule, LRSchedule)
+        _check_range("optim", "lr_final", self.lr_final, 0.0, 1.0)
         _check_range("optim", "lr", self.lr, 0.0, low_open=True)
         _check_range("optim", "weight_decay", self.weight_decay, 0.0)
         _check_range("optim", "max_grad_norm", self.max_grad_norm, 0.0)
@@ -421,15 +431,15 @@ class ModelConfig:
 class DistributedConfig:
     """Where rollouts run: this process (``local``) or Ray actors on a cluster.
 
-    On Ray, the rollout's envs live in env actors (the vector env's Ray backend, through
-    :class:`llmgym_train.envs.RayEnvWorkers`) and generation in rollout engines
+    On Ray, the rollout's envs live in env actors (the vector env's Ray backend, in the
+    trainer's :class:`llmgym_train.envs.EnvPool`) and generation in rollout engines
     (:class:`llmgym_train.generation.ray_engines.RolloutEngines`). ``local`` never imports Ray.
     """
 
     #: ``local``: no Ray, everything in this process. ``auto``: join the cluster this machine
     #: belongs to (``ray start`` ran here). Or an address: ``HOST:6379`` or ``ray://HOST:10001``.
     ray_address: str = "local"
-    #: Ray actors that host the rollout's envs (``RayEnvWorkers``), and a vector env's
+    #: Ray actors that host each of the rollout's vector envs (``EnvPool``), and a vector env's
     #: sub-envs (see :meth:`vector_env_options`); 0 keeps the envs in the trainer's process.
     num_env_workers: int = 1
     #: Generators, one per Ray actor; each serves a share of every batch of requests.

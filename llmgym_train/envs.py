@@ -1,13 +1,19 @@
-"""How the rollout reaches its envs: each episode's env behind the same async calls, wherever it runs.
+"""How the rollout reaches its envs: llmgym's vector env, stepped a batch at a time, seen one episode at a time.
 
-Agents ``await env.reset(...)`` / ``await env.step(...)`` and never learn where the env lives:
+Agents ``await env.reset(...)`` / ``await env.step(...)`` on a handle of their own and never
+learn where the env lives. Underneath, every episode of a rollout is one sub-env of a
+:class:`~llmgym.vector.TextVectorEnv` (one vector env per env id and options, any backend:
+inline, thread, process, Ray):
 
-* :class:`AsyncEnv`: a gymnasium env in this process, each call run in a worker thread;
-* :class:`BackendEnv`: one sub-env of a vector-env backend (worker processes, Ray actors);
-* :class:`RayEnvWorkers`: the rollout's envs in Ray actors, through llmgym's own vector-env
-  Ray backend (:mod:`llmgym.vector.ray_backend`): the same actors, sharding and failure
-  reports as ``make_vector_env(..., backend=RayEnvBackend())``.
+* :class:`EnvPool` holds the vector envs and keeps them from one rollout to the next, so a
+  training step pays no worker or actor start;
+* :class:`VectorEpisodes` serves the episodes of one vector env: the calls their agents make
+  in one event-loop tick go out as one masked ``astep`` / ``areset`` (or one snapshot call), so
+  the envs of a turn step together while each episode goes on as soon as its batch returns;
+* :class:`EpisodeEnv` is an episode's handle: ``reset``, ``step``, ``get_state``, ``set_state``.
 
+:class:`AsyncEnv` is one gymnasium env in this process, for agents that reach into the env
+object itself (``Agent.needs_local_env``: self-play drives one game from two seats).
 :class:`EnvTimer` sums the wall time spent in env calls, for the rollout's time split.
 """
 
@@ -19,21 +25,37 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, SupportsFloat, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, SupportsFloat, TypeVar
 
-from llmgym.error import InvalidOptionError, SubEnvError, WorkerDiedError
-from llmgym.vector.backends import BackendFailure, Failure, Op
+from llmgym.error import InvalidOptionError, SubEnvError
+from llmgym.vector import AutoresetMode, EnvFactory, TextVectorEnv
+from llmgym.vector.infos import sub_env_info
 from llmgym_train.episode import EpisodeStart
 
 if TYPE_CHECKING:
     from llmgym_train.config import DistributedConfig
 
 _Result = TypeVar("_Result")
+#: The calls an episode makes, in the order a coordinator runs the kinds pending at once.
+CallKind = Literal["reset", "set_state", "get_state", "step"]
+_KINDS: tuple[CallKind, ...] = ("reset", "set_state", "get_state", "step")
+
+
+class AgentEnv(Protocol):
+    """What an agent may call on its episode's env (:class:`EpisodeEnv` and :class:`AsyncEnv` have it)."""
+
+    async def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]: ...
+
+    async def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]: ...
+
+    async def get_state(self) -> Any: ...
+
+    async def set_state(self, state: Any) -> None: ...
 
 
 @dataclass
 class EnvTimer:
-    """Wall time spent inside env calls (summed over concurrent episodes)."""
+    """Wall time spent inside env calls (a batched call counts once)."""
 
     seconds: float = 0.0
     calls: int = 0
@@ -50,10 +72,10 @@ class EnvTimer:
 
 
 class AsyncEnv:
-    """One gymnasium env driven from asyncio: each call runs in a worker thread.
+    """One gymnasium env in this process, driven from asyncio: each call runs in a worker thread.
 
-    This is the one place that decides how env work leaves the event loop, so agents keep
-    their ``await env.step(...)`` whatever runs underneath.
+    For agents that need the env object itself (``Agent.needs_local_env``); every other agent
+    gets an :class:`EpisodeEnv`, which has the same calls.
     """
 
     def __init__(self, env: Any, timer: EnvTimer | None = None) -> None:
@@ -95,118 +117,223 @@ class AsyncEnv:
         self.env.close()
 
 
-class BackendEnv:
-    """One sub-env of a vector-env backend (Ray actors, worker processes), with :class:`AsyncEnv`'s calls.
+class EpisodeEnv:
+    """One episode's view of its sub-env: :class:`AsyncEnv`'s calls, served by a :class:`VectorEpisodes`.
 
-    The backend owns the env and outlives the episode, so :meth:`close` leaves it alone. A
-    sub-env's exception comes back as :class:`~llmgym.error.SubEnvError` and a lost worker as
-    :class:`~llmgym.error.WorkerDiedError`, each naming the episode's env, seed and index.
-
-    Arguments:
-        backend: a started backend (``run`` / ``arun`` of :class:`~llmgym.vector.backends.Op`).
-        index: the sub-env's index in the backend.
-        start: the episode it plays (for error messages).
+    Errors name the episode: a sub-env's exception is :class:`~llmgym.error.SubEnvError`, a
+    lost worker :class:`~llmgym.error.WorkerDiedError`, a hung one
+    :class:`~llmgym.error.SubEnvTimeout`, each with the episode's index, env id and seed.
     """
 
-    def __init__(self, backend: Any, index: int, start: EpisodeStart, timer: EnvTimer | None = None) -> None:
-        self.backend = backend
+    def __init__(self, episodes: VectorEpisodes, index: int) -> None:
+        self.episodes = episodes
         self.index = index
-        self.start = start
-        self.timer = timer if timer is not None else EnvTimer()
+        self.start = episodes.starts[index]
 
     async def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        return await self._run(Op("reset", self.index, (seed, options)))
+        return await self.episodes.request("reset", self.index, (seed, options))
 
     async def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        return await self._run(Op("step", self.index, (action,)))
+        return await self.episodes.request("step", self.index, action)
 
     async def get_state(self) -> Any:
-        """The sub-env's snapshot (``get_state()`` of the env, wherever it runs)."""
-        return await self._run(Op("call", self.index, ("get_state", (), {})))
+        """The sub-env's snapshot (its ``get_state()``, wherever it runs)."""
+        return await self.episodes.request("get_state", self.index, None)
 
     async def set_state(self, state: Any) -> None:
-        """Restore a snapshot into the sub-env, after one reset (the backend's wrappers want one)."""
-        await self._run(Op("reset", self.index, (self.start.seed, self.start.reset_options)))
-        await self._run(Op("call", self.index, ("set_state", (state,), {})))
-
-    async def _run(self, op: Op) -> Any:
-        where = f"episode {self.start.episode_index} ({self.start.env_id}, seed {self.start.seed})"
-        try:
-            with self.timer.measure():
-                [result] = await self.backend.arun([op])
-        except BackendFailure as failure:
-            raise WorkerDiedError(
-                f"The env worker of {where} was lost during {op.kind}: {failure.detail}",
-                index=self.start.episode_index, seed=self.start.seed,
-            ) from None
-        if isinstance(result, Failure):
-            error = WorkerDiedError if result.error_type == "WorkerDiedError" else SubEnvError
-            raise error(
-                f"The env of {where} raised {result.error_type} in {op.kind}: {result.message}\n{result.traceback}",
-                index=self.start.episode_index, seed=self.start.seed,
-            )
-        return result
+        """Restore a snapshot into the sub-env, after a reset to the episode's level (its wrappers start afresh)."""
+        await self.episodes.request("set_state", self.index, state)
 
     def close(self) -> None:
-        """Nothing to do: the backend keeps its envs for the next rollout."""
+        """Nothing to do: the pool keeps the vector env for the next rollout."""
 
 
-class RayEnvWorkers:
-    """The rollout's envs in ``num_workers`` Ray actors, through llmgym's Ray vector-env backend.
+class VectorEpisodes:
+    """The episodes of one rollout that share one vector env, sub-env ``k`` playing ``starts[k]``.
 
-    Each distinct list of episode envs (the training mixture, the eval levels) gets its own
-    backend, started at its first rollout and kept: later rollouts reset the same envs with new
-    seeds, so a training step pays no actor start. Every ``reset`` / ``step`` of an episode is
-    one remote call to the actor that holds its env, awaited from the rollout's event loop
-    (:class:`~llmgym_train.agents.base.BackendEnv`); a lost actor raises
-    :class:`~llmgym.error.WorkerDiedError` naming the episode, its env and seed.
+    An episode's call is queued and a drain task picks up everything queued so far: each kind
+    of call pending at once becomes one vector-env call masked to its episodes (resets with
+    each episode's seed and options, steps with each one's action). Calls made while a batch
+    runs form the next batch, so no episode waits for more than the batch in flight.
 
-    Arguments:
-        num_workers: actors per backend (at most one per episode); Ray spreads them over nodes.
-        num_cpus: CPUs Ray reserves for each actor.
-        address: the cluster to join when Ray is not initialized yet.
+    A failed call fails every episode of its batch (their results are lost with it) and every
+    later call, with an error naming the episode whose sub-env failed: the rollout stops.
     """
 
-    def __init__(self, num_workers: int, *, num_cpus: float = 1.0, address: str | None = None) -> None:
-        from llmgym.vector.ray_backend import connect
+    def __init__(self, venv: TextVectorEnv, starts: Sequence[EpisodeStart], timer: EnvTimer) -> None:
+        if len(starts) != venv.num_envs:
+            raise InvalidOptionError(f"{len(starts)} episodes for a vector env of {venv.num_envs} sub-envs; give one each.")
+        self.venv = venv
+        self.starts = list(starts)
+        self.timer = timer
+        self._pending: dict[CallKind, dict[int, tuple[Any, asyncio.Future[Any]]]] = {kind: {} for kind in _KINDS}
+        self._drain: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
 
-        if num_workers < 1:
-            raise InvalidOptionError(f"num_workers must be >= 1; got {num_workers}.")
-        self._ray = connect(address)
+    def env(self, index: int) -> EpisodeEnv:
+        """The handle of the episode on sub-env ``index``."""
+        return EpisodeEnv(self, index)
+
+    async def request(self, kind: CallKind, index: int, argument: Any) -> Any:
+        """Queue one episode's call and await its result (the next batch of its kind carries it)."""
+        if self._error is not None:
+            raise self._error
+        if index in self._pending[kind]:
+            raise InvalidOptionError(f"Episode {self.starts[index].episode_index} has a {kind} call pending already; await it first.")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[kind][index] = (argument, future)
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.create_task(self._run_pending())
+        return await future
+
+    async def settle(self) -> None:
+        """Wait for the batch in flight (a rollout that failed leaves the vector env between calls, not mid-call)."""
+        for batch in self._pending.values():
+            for _, future in batch.values():
+                future.cancel()
+            batch.clear()
+        if self._drain is not None:
+            await asyncio.gather(self._drain, return_exceptions=True)
+
+    async def _run_pending(self) -> None:
+        while any(self._pending.values()):
+            for kind in _KINDS:
+                batch, self._pending[kind] = self._pending[kind], {}
+                if batch:
+                    await self._run_batch(kind, batch)
+
+    async def _run_batch(self, kind: CallKind, batch: dict[int, tuple[Any, asyncio.Future[Any]]]) -> None:
+        indices = sorted(batch)
+        arguments = [batch[index][0] for index in indices]
+        results = None
+        if self._error is None:  # after a failure the vector env may be closed: later calls hear the failure
+            try:
+                with self.timer.measure():
+                    results = await self._call(kind, indices, arguments)
+            except Exception as error:  # every waiter of the batch hears it, naming the failed episode
+                self._error = self._episode_error(error, kind)
+        for position, index in enumerate(indices):
+            future = batch[index][1]
+            if future.done():  # its episode was cancelled meanwhile
+                continue
+            if results is None:
+                assert self._error is not None
+                future.set_exception(self._error)
+            else:
+                future.set_result(results[position])
+
+    async def _call(self, kind: CallKind, indices: list[int], arguments: list[Any]) -> list[Any]:
+        """One masked vector-env call for ``indices``; results in the per-episode shapes of ``gymnasium.Env``."""
+        venv = self.venv
+        mask = [False] * venv.num_envs
+        for index in indices:
+            mask[index] = True
+        if kind == "step":
+            actions = [""] * venv.num_envs
+            for index, action in zip(indices, arguments):
+                actions[index] = action
+            observations, rewards, terminations, truncations, infos = await venv.astep(actions, mask=mask)
+            return [(observations[index], float(rewards[index]), bool(terminations[index]), bool(truncations[index]),
+                     sub_env_info(infos, index)) for index in indices]
+        if kind == "get_state":
+            return await venv.aget_state(indices)
+        if kind == "set_state":  # a fresh reset to the episode's level first, as a new env would have
+            await self._reset(indices, [(self.starts[i].seed, self.starts[i].reset_options) for i in indices])
+            await venv.aset_state(arguments, indices)
+            return [None] * len(indices)
+        return await self._reset(indices, arguments)
+
+    async def _reset(self, indices: list[int], arguments: list[tuple[int | None, dict[str, Any] | None]]) -> list[Any]:
+        seeds: list[int | None] = [None] * self.venv.num_envs
+        options: list[dict[str, Any] | None] = [None] * self.venv.num_envs
+        mask = [False] * self.venv.num_envs
+        for index, (seed, reset_options) in zip(indices, arguments):
+            seeds[index], options[index], mask[index] = seed, reset_options, True
+        observations, infos = await self.venv.areset(seed=seeds, options=options, mask=mask)
+        return [(observations[index], sub_env_info(infos, index)) for index in indices]
+
+    def _episode_error(self, error: Exception, kind: CallKind) -> Exception:
+        """``error`` of a sub-env, said of the episode it plays (index and seed of the episode)."""
+        if not isinstance(error, SubEnvError) or not 0 <= error.index < len(self.starts):
+            return error
+        start = self.starts[error.index]
+        where = f"episode {start.episode_index} ({start.env_id}, seed {start.seed})"
+        renamed = type(error)(f"The env of {where} failed in {kind}: {error}", index=start.episode_index, seed=start.seed)
+        renamed.__cause__ = error
+        return renamed
+
+
+class EnvPool:
+    """The vector envs of a trainer's rollouts: one per (env id, options, episode count), kept between rollouts.
+
+    A rollout's episodes are split by env id and options; each part plays on the sub-envs of
+    one :class:`~llmgym.vector.TextVectorEnv` (autoreset off: an agent resets its own episode).
+    The same part in a later rollout (the next training step, the next evaluation) resets the
+    same sub-envs with new seeds. A vector env closed by a dead or hung worker is made anew.
+
+    Arguments:
+        backend: the vector env's backend: ``"inline"``, ``"thread"`` (default: env calls that
+            wait on subprocesses overlap), ``"process"``, ``"ray"``, or a backend object such
+            as :class:`~llmgym.vector.ray_backend.RayEnvBackend`.
+        num_workers: threads, processes or actors per vector env (at most one per episode).
+        step_timeout: seconds a sub-env call may take (process backend).
+    """
+
+    def __init__(self, backend: Any = "thread", *, num_workers: int | None = None, step_timeout: float | None = None) -> None:
+        if num_workers is not None and num_workers < 1:
+            raise InvalidOptionError(f"num_workers must be >= 1 or None; got {num_workers}.")
+        self.backend = backend
         self.num_workers = num_workers
-        self.num_cpus = num_cpus
-        self.address = address
-        self._backends: dict[str, Any] = {}
+        self.step_timeout = step_timeout
+        self._venvs: dict[str, TextVectorEnv] = {}
 
     @classmethod
-    def from_config(cls, distributed: DistributedConfig) -> RayEnvWorkers:
-        return cls(distributed.num_env_workers, num_cpus=distributed.env_worker_cpus, address=distributed.address)
+    def from_config(cls, distributed: DistributedConfig) -> EnvPool:
+        """Ray env actors when the config puts envs on a cluster, else threads in this process."""
+        return cls(**distributed.vector_env_options())
 
-    def envs(self, episodes: Sequence[EpisodeStart], timer: EnvTimer) -> list[BackendEnv]:
-        """One remote env per episode, in order (``gym.make(episode.env_id, **episode.env_kwargs)``)."""
-        from llmgym.vector.ray_backend import RayBackend
-        from llmgym.vector.vector_env import EnvFactory
+    def episodes(self, starts: Sequence[EpisodeStart], timer: EnvTimer) -> tuple[list[EpisodeEnv], list[VectorEpisodes]]:
+        """One handle per episode, in order, and the coordinators that serve them (one per vector env)."""
+        parts: dict[str, list[int]] = {}
+        for position, start in enumerate(starts):
+            parts.setdefault(_kind_key(start), []).append(position)
+        handles: list[EpisodeEnv | None] = [None] * len(starts)
+        coordinators = []
+        for positions in parts.values():
+            first = starts[positions[0]]
+            venv = self._vector_env(first.env_id, first.env_kwargs, len(positions))
+            coordinator = VectorEpisodes(venv, [starts[position] for position in positions], timer)
+            coordinators.append(coordinator)
+            for index, position in enumerate(positions):
+                handles[position] = coordinator.env(index)
+        return [handle for handle in handles if handle is not None], coordinators
 
-        key = json.dumps([(episode.env_id, episode.env_kwargs) for episode in episodes], sort_keys=True, default=repr)
-        backend = self._backends.get(key)
-        if backend is None:
-            factories = [EnvFactory(episode.env_id, dict(episode.env_kwargs)) for episode in episodes]
-            backend = RayBackend(
-                factories, min(self.num_workers, len(factories)), num_cpus=self.num_cpus, address=self.address
+    def _vector_env(self, env_id: str, env_kwargs: dict[str, Any], count: int) -> TextVectorEnv:
+        key = json.dumps([env_id, env_kwargs, count], sort_keys=True, default=repr)
+        venv = self._venvs.get(key)
+        if venv is None or venv.closed:
+            workers = None if self.num_workers is None or self.backend == "inline" else min(self.num_workers, count)
+            venv = TextVectorEnv(
+                [EnvFactory(env_id, dict(env_kwargs))] * count, backend=self.backend, num_workers=workers,
+                step_timeout=self.step_timeout, autoreset_mode=AutoresetMode.DISABLED,
             )
-            self._backends[key] = backend
-        return [BackendEnv(backend, index, episode, timer) for index, episode in enumerate(episodes)]
+            self._venvs[key] = venv
+        return venv
 
     @property
-    def backends(self) -> list[Any]:
-        """The started backends (one per distinct env list), for monitoring and tests."""
-        return list(self._backends.values())
+    def vector_envs(self) -> list[TextVectorEnv]:
+        """The vector envs made so far (one per distinct part of a rollout), for monitoring and tests."""
+        return list(self._venvs.values())
 
     def close(self) -> None:
-        """Stop every env actor (safe to call twice)."""
-        backends, self._backends = list(self._backends.values()), {}
-        for backend in backends:
-            backend.close()
+        """Close every vector env and its workers (safe to call twice)."""
+        venvs, self._venvs = list(self._venvs.values()), {}
+        for venv in venvs:
+            venv.close()
 
 
-__all__ = ["AsyncEnv", "BackendEnv", "EnvTimer", "RayEnvWorkers"]
+def _kind_key(start: EpisodeStart) -> str:
+    return json.dumps([start.env_id, start.env_kwargs], sort_keys=True, default=repr)
+
+
+__all__ = ["AgentEnv", "AsyncEnv", "EnvPool", "EnvTimer", "EpisodeEnv", "VectorEpisodes"]

@@ -192,9 +192,9 @@ class RunLog:
                 self._writer.add_scalar(f"{record['kind']}/{name}", value, record["step"])
         self._writer.flush()
 
-    def start_budget(self) -> None:
-        """The time budget starts now (after the first evaluation)."""
-        self._budget_start = time.monotonic()
+    def start_budget(self, used: float = 0.0) -> None:
+        """The time budget starts now (after the first evaluation), ``used`` seconds of it already spent (a resumed run)."""
+        self._budget_start = time.monotonic() - used
 
     def status(self, text: str) -> None:
         """Show what the run is doing now (``evaluating``, ``training``) on the progress line."""

@@ -9,8 +9,10 @@ requests on one observation queue; the inference loop drains it and feeds the ge
 * a batch-only generator (hf) gets a batch once every live agent has a request waiting
   (or ``max_batch_wait`` seconds passed).
 
-Groups: :func:`group_episodes` gives each of ``n_groups`` groups one seed, shared by its
-``group_size`` members, so they play the same level (GRPO's groups).
+Envs: every episode is a sub-env of llmgym's vector env (:class:`llmgym_train.envs.EnvPool`,
+one vector env per env id and options, any backend); the env calls its agents make in one
+event-loop tick go out as one masked ``astep`` / ``areset``. Which episodes to play (groups,
+seeds, mixtures, eval levels) is the planner's business (:mod:`llmgym_train.planner`).
 
 Entry points: :func:`rollout` (blocking) and :func:`arollout` (in a running event loop).
 """
@@ -21,49 +23,19 @@ import asyncio
 import itertools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from llmgym_train.agents import AgentConfig, GenerationRequest, get_agent
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
-from llmgym_train.envs import AsyncEnv, BackendEnv, EnvTimer
+from llmgym_train.envs import AsyncEnv, EnvPool, EnvTimer, VectorEpisodes
 from llmgym_train.episode import EpisodeStart
 from llmgym_train.generation.base import Completion, Generator, StreamingGenerator
 from llmgym_train.metrics import episode_figures
 from llmgym_train.tree import TreeRollout, TreeShape
-
-
-class EnvGroups(Protocol):
-    """One env of a rollout or mixture: what :func:`group_episodes` reads (the trainer's ``EnvSpec`` fits).
-
-    Attributes:
-        id: registered env id, e.g. ``llmgym/Sokoban-v0``.
-        n_groups: groups of this env per rollout; each group is one level.
-        options: keyword arguments for ``gymnasium.make``.
-    """
-
-    id: str
-    n_groups: int
-    options: dict[str, Any]
-
-
-class EnvWorkers(Protocol):
-    """Hosts a rollout's envs elsewhere (Ray actors): one env per episode, with ``AsyncEnv``'s calls."""
-
-    def envs(self, episodes: Sequence[EpisodeStart], timer: EnvTimer) -> list[BackendEnv]: ...
-
-
-@dataclass(frozen=True)
-class EnvMix:
-    """A plain :class:`EnvGroups`, for scripts and tests."""
-
-    id: str
-    n_groups: int = 1
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -80,34 +52,6 @@ class _Timing:
     generation_calls: int = 0
 
 
-def group_episodes(envs: Sequence[EnvGroups], group_size: int, seed: int) -> list[EpisodeStart]:
-    """``sum(n_groups) x group_size`` episodes; a group's members share one reset seed.
-
-    Group seeds are drawn from ``numpy.random.default_rng(seed)``, so the same ``seed`` gives
-    the same levels; the trainer passes a different seed each step.
-    """
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}.")
-    rng = np.random.default_rng(seed)
-    episodes: list[EpisodeStart] = []
-    group_id = 0
-    for spec in envs:
-        for _ in range(spec.n_groups):
-            level_seed = int(rng.integers(0, 2**31 - 1))
-            for _ in range(group_size):
-                episodes.append(
-                    EpisodeStart(
-                        episode_index=len(episodes),
-                        env_id=spec.id,
-                        seed=level_seed,
-                        group_id=group_id,
-                        env_kwargs=dict(spec.options),
-                    )
-                )
-            group_id += 1
-    return episodes
-
-
 def rollout(
     generator: Generator,
     chat: ChatTokens,
@@ -116,26 +60,25 @@ def rollout(
     agent: str = "chain",
     config: AgentConfig | None = None,
     max_batch_wait: float = 0.05,
-    env_workers: EnvWorkers | None = None,
+    env_pool: EnvPool | None = None,
     tree: TreeShape | None = None,
 ) -> RolloutResult:
     """Play ``episodes`` with the registered ``agent`` on ``generator``; blocking.
 
     Arguments:
         chat: the model's chat-template token pieces.
-        episodes: from :func:`group_episodes`, or explicit levels (eval sets).
+        episodes: from the planner (:func:`llmgym_train.planner.plan_groups`, ``plan_eval``).
         agent: registered agent name (see :func:`llmgym_train.agents.register_agent`).
         config: sampling, turn limit, context length (default: ``AgentConfig()`` with the
             generator's ``max_model_len``).
         max_batch_wait: batch-only generators: longest wait for more requests before a batch.
-        env_workers: where the envs live (e.g. Ray actors, see
-            :class:`llmgym_train.envs.RayEnvWorkers`); ``None``: in this process, each
-            call on a worker thread.
+        env_pool: the vector envs to play on, kept between rollouts (e.g. on Ray env actors:
+            ``EnvPool("ray")``); ``None``: a pool on the thread backend for this rollout only.
         tree: play each group as a tree rollout of this shape (see :mod:`llmgym_train.tree`);
             ``None``: every episode is a chain of its own.
     """
     return asyncio.run(arollout(
-        generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait, env_workers=env_workers,
+        generator, chat, episodes, agent=agent, config=config, max_batch_wait=max_batch_wait, env_pool=env_pool,
         tree=tree,
     ))
 
@@ -148,7 +91,7 @@ async def arollout(
     agent: str = "chain",
     config: AgentConfig | None = None,
     max_batch_wait: float = 0.05,
-    env_workers: EnvWorkers | None = None,
+    env_pool: EnvPool | None = None,
     tree: TreeShape | None = None,
 ) -> RolloutResult:
     """:func:`rollout` inside a running event loop."""
@@ -161,14 +104,14 @@ async def arollout(
         )
     started = time.perf_counter()
     env_timer, timing = EnvTimer(), _Timing()
-    if env_workers is None or agent_cls.needs_local_env:
-        envs: list[Any] = [AsyncEnv(gym.make(episode.env_id, **episode.env_kwargs), env_timer) for episode in episodes]
-    else:
-        envs = env_workers.envs(episodes, env_timer)
     obs_queue: asyncio.Queue[GenerationRequest | None] = asyncio.Queue()
     act_queues: dict[int, asyncio.Queue[Completion]] = {episode.episode_index: asyncio.Queue() for episode in episodes}
     if len(act_queues) != len(episodes):
         raise ValueError("Every EpisodeStart needs its own episode_index (it routes the agent's completions).")
+    own_pool = env_pool is None and not agent_cls.needs_local_env
+    pool = EnvPool() if own_pool else env_pool
+    envs: list[Any] = []
+    coordinators: list[VectorEpisodes] = []
     live = {"agents": len(episodes)}
     trees = TreeRollout(tree, episodes) if tree is not None else None
 
@@ -184,15 +127,30 @@ async def arollout(
             obs_queue.put_nowait(None)  # wakes the loop to re-check how many agents are live
 
     try:
+        envs, coordinators = _episode_envs(episodes, pool, agent_cls.needs_local_env, env_timer)
         tasks = [asyncio.create_task(play(index)) for index in range(len(episodes))]
         server = asyncio.create_task(_serve(generator, obs_queue, act_queues, live, timing, max_batch_wait))
         await _wait_all([server, *tasks])
         trajectories = [task.result() for task in tasks]
     finally:
+        for coordinator in coordinators:
+            await coordinator.settle()
         for env in envs:
             env.close()
+        if own_pool and pool is not None:
+            pool.close()
     elapsed = time.perf_counter() - started
     return RolloutResult(trajectories, rollout_metrics(trajectories, elapsed, timing.generation, env_timer.seconds))
+
+
+def _episode_envs(
+    episodes: Sequence[EpisodeStart], pool: EnvPool | None, local: bool, timer: EnvTimer
+) -> tuple[list[Any], list[VectorEpisodes]]:
+    """Each episode's env handle, in order: a sub-env of the pool's vector envs, or (``local``) an env object here."""
+    if local or pool is None:  # the agent reaches into the env object: one gymnasium env per episode
+        return [AsyncEnv(gym.make(episode.env_id, **episode.env_kwargs), timer) for episode in episodes], []
+    handles, coordinators = pool.episodes(episodes, timer)
+    return list(handles), coordinators
 
 
 async def _wait_all(tasks: list[asyncio.Task[Any]]) -> None:

@@ -10,6 +10,7 @@ parameters over that vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,13 @@ TINY_CHAT_TEMPLATE = (
 TINY_SPECIAL_TOKENS = ("<|pad|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 
 
-def tiny_tokenizer() -> Any:
-    """A character-level ``PreTrainedTokenizerFast`` (vocab: 5 specials + printable ASCII, newline, tab)."""
+def tiny_tokenizer(words: Sequence[str] = ()) -> Any:
+    """A character-level ``PreTrainedTokenizerFast`` (vocab: 5 specials + printable ASCII, newline, tab).
+
+    ``words`` become one token each wherever they occur (added tokens, matched before the
+    character split), so a choice among actions such as ``["Left", "Down", "Right", "Up"]``
+    is one token per reply, as with a real tokenizer.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -43,6 +49,8 @@ def tiny_tokenizer() -> Any:
         additional_special_tokens=["<|start_header_id|>", "<|end_header_id|>"],
     )
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    if words:
+        tokenizer.add_tokens(list(words))
     return tokenizer
 
 
@@ -78,10 +86,10 @@ def tiny_model(
     return model.eval()
 
 
-def save_tiny_model(folder: str | Path, *, seed: int = 0) -> Path:
-    """Write the tiny tokenizer and a tiny model into ``folder`` (an HF folder any backend loads)."""
+def save_tiny_model(folder: str | Path, *, seed: int = 0, words: Sequence[str] = ()) -> Path:
+    """Write the tiny tokenizer (with ``words`` as single tokens) and a tiny model into ``folder`` (an HF folder any backend loads)."""
     folder = Path(folder)
-    tokenizer = tiny_tokenizer()
+    tokenizer = tiny_tokenizer(words)
     model = tiny_model(len(tokenizer), seed=seed)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)

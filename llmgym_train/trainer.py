@@ -7,7 +7,7 @@ pushes the new weights into the generator. The math lives in :mod:`llmgym_train.
 the loss plumbing in :mod:`llmgym_train.update`; this module only decides the order.
 
 Reproducibility: level seeds, sampling seeds and minibatch orders are all derived from
-``(config.seed, step)``, so a run resumed from a checkpoint at step ``k`` continues exactly
+``(config.seed, step)`` by the episode planner (:mod:`llmgym_train.planner`), so a run resumed from a checkpoint at step ``k`` continues exactly
 as the uninterrupted run would (the checkpoint also holds the optimizer and torch's RNG).
 
 A run folder holds ``config.yaml``, ``checkpoint.pt`` (what resuming needs), ``model/`` (the
@@ -22,7 +22,6 @@ written after it and rebuilds the TensorBoard events from the rest, so no step i
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -41,15 +40,17 @@ from llmgym_train.batching import Batch, collate
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, TreeConfig, build, check_resumable, save_config
 from llmgym_train.data import Sample, Trajectory, make_samples
+from llmgym_train.envs import EnvPool
 from llmgym_train.episode import EpisodeStart
-from llmgym_train.eval.levels import eval_starts
+from llmgym_train.eval.policy import PlaySettings, PolicyEvaluation, evaluate_policy
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
+from llmgym_train.planner import plan_eval, plan_groups, sampling_seed, update_seed
 from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.tree import played_work, tree_samples
-from llmgym_train.update import normalizer, run_epochs, score_batch, with_signal
+from llmgym_train.update import normalizer, run_epochs, scheduled_lr, score_batch, with_signal
 
 CHECKPOINT_FILE = "checkpoint.pt"
 #: Tests set this to ``POINT@STEP`` to SIGKILL the process at that point of that step (see :func:`_kill_point`).
@@ -124,8 +125,13 @@ class Trainer:
         self.step = 0
         self.nan_steps = 0
         self.nan_streak = 0
+        #: Seconds of the time budget used before this process's training loop began (a resumed run).
+        self.budget_used_s = 0.0
+        self._budget_started: float | None = None
         #: The step of the last logged evaluation (None: none yet).
         self.last_eval_step: int | None = None
+        #: The episodes and metrics of this process's last evaluation (None: none yet).
+        self.last_evaluation: PolicyEvaluation | None = None
         #: False from a step's first weight update until its metrics are logged: a checkpoint
         #: written then would hold half a step.
         self._consistent = True
@@ -133,12 +139,12 @@ class Trainer:
             self._restore(checkpoint)
         else:
             torch.manual_seed(config.seed)
-        self.env_workers = self._make_env_workers()
+        #: The vector envs every rollout of the run steps (Ray env actors when ``distributed`` says so).
+        self.env_pool: EnvPool | None = EnvPool.from_config(config.distributed)
         try:
             self.generator = self._make_generator()
         except BaseException:
-            if self.env_workers is not None:
-                self.env_workers.close()
+            self.env_pool.close()
             raise
         self.log = RunLog(
             self.output, config.steps, progress=config.progress, start_step=self.step, max_minutes=config.max_minutes,
@@ -157,17 +163,9 @@ class Trainer:
         if self.generator is not None:
             self.generator.close()
             self.generator = None
-        if self.env_workers is not None:
-            self.env_workers.close()
-            self.env_workers = None
-
-    def _make_env_workers(self) -> Any:
-        distributed = self.config.distributed
-        if not (distributed.enabled and distributed.num_env_workers):
-            return None
-        from llmgym_train.envs import RayEnvWorkers
-
-        return RayEnvWorkers.from_config(distributed)
+        if self.env_pool is not None:
+            self.env_pool.close()
+            self.env_pool = None
 
     def _make_generator(self) -> Any:
         rollout = self.config.rollout
@@ -196,12 +194,13 @@ class Trainer:
         try:
             if self.step == 0 and self.last_eval_step is None:
                 self.evaluate()
-            # The budget counts training only, so a slow first evaluation cannot use it up.
-            deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else math.inf
-            self.log.start_budget()
+            # The budget counts training only, so a slow first evaluation cannot use it up; a
+            # resumed run has what its checkpoint had left.
+            self._budget_started = time.monotonic()
+            self.log.start_budget(self.budget_used_s)
             self.log.advance(self.step, None, self._last_eval_success())
             while self.step < config.steps:
-                if time.monotonic() >= deadline:
+                if config.max_minutes and self._budget_used() >= 60 * config.max_minutes:
                     stop_reason = f"time budget of {config.max_minutes:g} minutes used"
                     break
                 metrics = self.train_step()
@@ -234,9 +233,24 @@ class Trainer:
             curve=curve,
         )
 
+    def _budget_used(self) -> float:
+        """Seconds of the time budget used so far (evaluations after the first count)."""
+        running = 0.0 if self._budget_started is None else time.monotonic() - self._budget_started
+        return self.budget_used_s + running
+
+    def progress(self) -> float:
+        """How far the run is, 0 to 1: the larger of its steps and its time budget used (what the lr schedule reads)."""
+        done = self.step / self.config.steps if self.config.steps else 0.0
+        if self.config.max_minutes:
+            done = max(done, self._budget_used() / (60 * self.config.max_minutes))
+        return min(done, 1.0)
+
     def train_step(self) -> dict[str, Any]:
         """One rollout and update; returns the step's metrics (also logged)."""
         started = time.perf_counter()
+        lr = scheduled_lr(self.config.optim, self.progress())
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         trajectories, rollout_metrics = self.collect(self.step)
         self._consistent = False
         samples, filter_metrics = self._filtered_samples(trajectories)
@@ -250,7 +264,9 @@ class Trainer:
         self._sync_weights()
         update_metrics["time/update_s"] = sync_started - update_started
         update_metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
-        metrics = {**rollout_metrics, **filter_metrics, **update_metrics, "step_seconds": time.perf_counter() - started}
+        metrics = {
+            **rollout_metrics, **filter_metrics, **update_metrics, "lr": lr, "step_seconds": time.perf_counter() - started,
+        }
         self.log.log(self.step, "train", metrics)
         self._consistent = True
         return metrics
@@ -258,25 +274,16 @@ class Trainer:
     # ------------------------------------------------------------------ rollout
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, Any]]:
         """Play this step's training episodes: each env's groups, group members on one level."""
-        starts: list[EpisodeStart] = []
-        labels: list[str] = []
-        group = 0
-        for env_index, spec in enumerate(self.config.train_envs):
-            level_seeds = _seeds(self.config.seed, step, env_index, count=spec.n_groups)
-            for level_seed in level_seeds:
-                for _ in range(self.config.rollout.episodes_per_group):
-                    starts.append(EpisodeStart(len(starts), spec.id, int(level_seed), group, dict(spec.options)))
-                    labels.append(spec.label)
-                group += 1
+        plan = plan_groups(self.config.train_envs, self.config.rollout.episodes_per_group, self.config.seed, step)
         rollout = self.config.rollout
         sampling = SamplingSpec(
             max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
             allowed_token_ids=self.choice_ids,
         )
-        sampling_seed = int(_seeds(self.config.seed, step, 10_000, count=1)[0] % (2**31 - 1))
-        trajectories, timing = self._play(starts, sampling, sampling_seed, tree=rollout.tree if rollout.tree.enabled else None)
+        seed = sampling_seed(self.config.seed, step)
+        trajectories, timing = self._play(plan.starts, sampling, seed, tree=rollout.tree if rollout.tree.enabled else None)
         timing.update(played_work(trajectories, timing["time/total_s"]))
-        return trajectories, {**episode_metrics(trajectories, labels), **timing}
+        return trajectories, {**episode_metrics(trajectories, plan.labels), **timing}
 
     def _play(
         self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None, tree: TreeConfig | None = None
@@ -289,7 +296,7 @@ class Trainer:
             sampling_seed=sampling_seed,
         )
         result = run_rollout(
-            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_workers=self.env_workers,
+            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_pool=self.env_pool,
             tree=tree,
         )
         timing = {key: value for key, value in result.metrics.items() if key.startswith(("time/", "tokens/"))}
@@ -361,7 +368,7 @@ class Trainer:
     def _update(self, batch: Batch) -> dict[str, Any]:
         config = self.config
         self.policy.train()
-        generator = torch.Generator().manual_seed(int(_seeds(config.seed, self.step, 20_000, count=1)[0] % 2**62))
+        generator = torch.Generator().manual_seed(update_seed(config.seed, self.step))
         divisor, without_signal = None, 0
         if batch.old_logprobs is None and config.loss.entropy_coef == 0:
             # A single on-policy update: samples without advantage add no gradient (update.with_signal).
@@ -388,18 +395,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:
-        """Greedy success rate on the first ``eval.levels`` levels of each validation env's eval set."""
-        if self.config.eval.disabled:
+        """Greedy success rate on the first ``eval.levels`` levels of each validation env's eval set.
+
+        The episodes are played by :func:`~llmgym_train.eval.policy.evaluate_policy`, the loop a
+        leaderboard row of this run (``llmgym-bench --agents checkpoint:<run>``) plays too; the
+        last evaluation's episodes stay in :attr:`last_evaluation`.
+        """
+        config = self.config
+        if config.eval.disabled:
             return {}
         self.log.status(f"step {self.step}: evaluating")
-        starts, labels = eval_starts(self.config.validation_envs, self.config.eval.levels, self.config.eval.use_eval_set)
-        max_tokens = self.config.eval.max_new_tokens or self.config.rollout.max_new_tokens
-        sampling = SamplingSpec(max_tokens=max_tokens, temperature=0.0, allowed_token_ids=self.choice_ids)
-        trajectories, _ = self._play(starts, sampling, None)
-        metrics = episode_metrics(trajectories, labels)
+        plan = plan_eval(config.validation_envs, config.eval.levels, config.eval.use_eval_set)
+        settings = PlaySettings.of_run(config.rollout, config.eval)
+        self.last_evaluation = evaluate_policy(
+            self.generator, self.chat, settings, plan.starts, plan.labels, env_pool=self.env_pool
+        )
+        metrics = self.last_evaluation.metrics
         self.log.log(self.step, "eval", metrics)
         self.last_eval_step = self.step
-        return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in self.config.validation_envs}
+        return {spec.label: metrics[f"success_rate/{spec.label}"] for spec in config.validation_envs}
 
     def _last_eval_success(self) -> float | None:
         evals = [r for r in self.log.records if r["kind"] == "eval"]
@@ -421,6 +435,7 @@ class Trainer:
             "nan_steps": self.nan_steps,
             "nan_streak": self.nan_streak,
             "last_eval_step": self.last_eval_step,
+            "budget_used_s": self._budget_used(),
             "metrics_records": len(self.log.records),
             "policy": self.policy.trainable_state(),
             "optimizer": self.optimizer.state_dict(),
@@ -474,6 +489,7 @@ class Trainer:
         self.nan_steps = int(state["nan_steps"])
         self.nan_streak = int(state["nan_streak"])
         self.last_eval_step = state.get("last_eval_step", self.step)
+        self.budget_used_s = float(state.get("budget_used_s", 0.0))
 
 
 def _kill_point(name: str, step: int) -> None:
@@ -503,11 +519,6 @@ def _records_covered(state: dict[str, Any], output: Path) -> int:
         except json.JSONDecodeError:  # the last line, cut off by the kill
             break
     return covered
-
-
-def _seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:
-    """``count`` seeds for (run seed, step, stream): the same in every process and after a resume."""
-    return np.random.SeedSequence([seed, step, stream]).generate_state(count, dtype=np.uint64) % (2**63 - 1)
 
 
 __all__ = ["RunSummary", "Trainer"]

@@ -178,6 +178,23 @@ def optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, max_grad_no
     return float(norm)
 
 
+def scheduled_lr(optim: OptimConfig, progress: float) -> float:
+    """The learning rate at ``progress`` (0 at the run's start, 1 at its end) under ``optim.lr_schedule``.
+
+    ``linear`` and ``cosine`` go from ``optim.lr`` to ``optim.lr * optim.lr_final``; a late,
+    large step on a policy that has become near-deterministic can undo what it learnt, and a
+    smaller one there cannot.
+    """
+    progress = min(max(progress, 0.0), 1.0)
+    if optim.lr_schedule == "linear":
+        fraction = 1.0 - progress
+    elif optim.lr_schedule == "cosine":
+        fraction = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        return optim.lr
+    return optim.lr * (optim.lr_final + (1.0 - optim.lr_final) * fraction)
+
+
 @dataclass
 class EpochsResult:
     """What :func:`run_epochs` did: mean stats over applied updates, and how many it applied or skipped."""

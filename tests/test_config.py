@@ -54,6 +54,25 @@ def test_closed_sets_and_ranges_are_checked_with_exact_messages() -> None:
         load_config(overrides=["optim.lr=-1"])
     with pytest.raises(InvalidOptionError, match="takes a number"):
         load_config(overrides=["optim.lr=fast"])
+    with pytest.raises(InvalidOptionError, match=r"optim\.lr_schedule must be one of .*Did you mean 'cosine'\?"):
+        load_config(overrides=["optim.lr_schedule=cosin"])
+    with pytest.raises(InvalidOptionError, match=r"optim\.lr_final must be in \[0\.0, 1\.0\]"):
+        load_config(overrides=["optim.lr_final=1.5"])
+
+
+def test_learning_rate_schedules_run_from_lr_to_its_final_fraction() -> None:
+    from llmgym_train.update import scheduled_lr
+
+    for kind in ("linear", "cosine"):
+        optim = load_config(overrides=["optim.lr=0.02", f"optim.lr_schedule={kind}", "optim.lr_final=0.1"]).optim
+        assert scheduled_lr(optim, 0.0) == pytest.approx(0.02)
+        assert scheduled_lr(optim, 1.0) == scheduled_lr(optim, 7.0) == pytest.approx(0.002)
+        assert scheduled_lr(optim, 0.5) == pytest.approx(0.011)  # both are halfway at the middle
+    linear = load_config(overrides=["optim.lr=0.02", "optim.lr_schedule=linear", "optim.lr_final=0"]).optim
+    cosine = load_config(overrides=["optim.lr=0.02", "optim.lr_schedule=cosine", "optim.lr_final=0"]).optim
+    assert scheduled_lr(linear, 0.25) == pytest.approx(0.015)
+    assert scheduled_lr(cosine, 0.25) == pytest.approx(0.01 * (1 + 2**-0.5))  # cosine stays higher early
+    assert scheduled_lr(load_config().optim, 0.9) == load_config().optim.lr  # constant by default
 
 
 def test_grpo_with_group_size_one_is_rejected() -> None:

@@ -197,6 +197,76 @@ def test_checkpoint_agent_plays_a_run_folder_of_llmgym_train(tmp_path: Path) -> 
     assert episode["turns"] == 1 and 1 <= episode["completion_tokens"] <= 8
 
 
+#: A run of the markov agent choosing one move token after ``<answer>`` (as presets frozenlake-v1 and sokoban-v1).
+_CHOICE_RUN = """\
+model: {model}
+output: {output}
+algo: grpo
+seed: 0
+steps: 1
+train_envs:
+- {{id: llmgym/FrozenLake-v1, n_groups: 1, options: {{size: 3, max_turns: 4, action_parser: lenient}}}}
+eval_envs:
+- {{id: llmgym/FrozenLake-v1, options: {{max_turns: 6, action_parser: lenient}}, name: lake}}
+rollout: {{backend: hf, group_size: 2, agent: markov, layout: turn, max_new_tokens: 1, max_model_len: 1024,
+  temperature: 2.0, response_prefix: <answer>, choices: [Left, Down, Right, Up]}}
+eval: {{levels: 8, every: 0}}
+progress: false
+threads: 1
+"""
+
+
+def test_checkpoint_row_of_a_run_plays_as_the_trainers_evaluation(tmp_path: Path) -> None:
+    """A ``checkpoint:<run>`` row: the run's agent, prefix and choices, the same episodes as ``Trainer.evaluate``."""
+    from llmgym_train.config import load_config
+    from llmgym_train.eval.agents import VllmAgent
+    from llmgym_train.eval.policy import RunAgent
+    from llmgym_train.testing import save_tiny_model
+    from llmgym_train.trainer import Trainer
+
+    moves = ["Left", "Down", "Right", "Up"]
+    model, run_folder = save_tiny_model(tmp_path / "tiny", seed=1, words=moves), tmp_path / "run"
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(_CHOICE_RUN.format(model=model, output=run_folder))
+    with Trainer(load_config(config_file)) as trainer:
+        trainer.save_checkpoint()  # model/ and config.yaml: a run folder
+        trainer.evaluate()
+        evaluation = trainer.last_evaluation
+    assert evaluation is not None
+    played = [[m["content"] for m in t.messages if m["role"] == "assistant"] for t in evaluation.trajectories]
+
+    row = run(_config(tmp_path, (f"checkpoint:{run_folder}",), ("llmgym/FrozenLake-v1",), limit=8,
+                      options=AgentOptions(backend="hf")))["results"][0]
+    settings = row["agent_settings"]
+    assert (settings["agent"], settings["response_prefix"], settings["choices"]) == ("markov", "<answer>", moves)
+    assert (settings["max_new_tokens"], settings["max_model_len"], settings["temperature"]) == (1, 1024, 0.0)
+    assert settings["env_options"] == {"max_turns": 6, "action_parser": "lenient"}, "the run's eval env"
+    episodes = row["episodes"]
+    assert [e["level_index"] for e in episodes] == list(range(8))
+    assert [e["actions"] for e in episodes] == played, "the trainer's evaluation, move for move"
+    assert [e["success"] for e in episodes] == [t.success for t in evaluation.trajectories]
+    assert [e["episode_return"] for e in episodes] == pytest.approx([t.episode_return for t in evaluation.trajectories])
+    assert row["summary"]["success_rate"] == pytest.approx(evaluation.metrics["success_rate"])
+    assert row["summary"]["invalid_action_rate"] == pytest.approx(evaluation.metrics["invalid_action_rate"])
+    every_action = [action for actions in played for action in actions]
+    assert set(every_action) <= {f"<answer>{move}" for move in moves}, "one move token after the prefix"
+    # A random tiny policy plays one move everywhere; its episodes still differ by level (a hole
+    # early, late, or never on the way), and the prompts below tell the agent that played them.
+    assert [e["turns"] for e in episodes] == [len(t.turns) for t in evaluation.trajectories]
+    assert len({e["turns"] for e in episodes}) > 1
+    assert all(e["completion_tokens"] == e["turns"] for e in episodes)
+    # markov: each turn's prompt is the system prompt and the latest observation, as in the trainer's episodes.
+    contexts = [sum(turn.start - turn.observation_start for turn in t.turns) for t in evaluation.trajectories]
+    assert any(t.fresh_contexts for t in evaluation.trajectories), "episodes of several turns began fresh contexts"
+    assert [e["prompt_tokens"] for e in episodes] == contexts
+
+    plain = make_agent(f"checkpoint:{model}", AgentOptions(backend="hf"))  # an HF folder without config.yaml
+    runs = make_agent(f"checkpoint:{run_folder}", AgentOptions(backend="hf"))
+    assert isinstance(plain, VllmAgent) and isinstance(runs, RunAgent)
+    plain.close()
+    runs.close()
+
+
 def test_checkpoint_agent_rejects_a_folder_that_is_neither_a_model_nor_a_run(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match="config.json.*run folder"):
         make_agent(f"checkpoint:{tmp_path}", AgentOptions())

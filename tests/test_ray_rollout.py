@@ -78,7 +78,7 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
     with Trainer(config) as trainer:
         engines = trainer.generator
         assert isinstance(engines, RolloutEngines) and len(set(engines.nodes)) == 2
-        assert trainer.env_workers is not None
+        assert trainer.env_pool is not None
         seen = [state_digest(trainer.policy.export_weights())]
         assert engines.weights_digests() == seen * 2
         while trainer.step < config.steps:
@@ -87,7 +87,8 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
             seen.append(state_digest(trainer.policy.export_weights()))
             assert engines.weights_digests() == [seen[-1]] * 2, f"engines differ after step {trainer.step}"
         assert len(set(seen)) == len(seen), "every update changed the weights the engines received"
-        [train_envs] = trainer.env_workers.backends  # one backend, started once, reused by step 2
+        [train_venv] = trainer.env_pool.vector_envs  # one vector env, started once, reused by step 2
+        train_envs = train_venv.backend
         assert len({node for node, _ in train_envs.locations()}) == 2, "env actors on both nodes"
         # Split over two engines, a batch comes back as one generator on the trainer's weights gives it.
         local = HfGenerator(trainer.policy.model, tokenizer=trainer.policy.tokenizer, max_model_len=1536)
@@ -101,7 +102,7 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
         summary = trainer.train()
     assert summary.completed and summary.step == 2
     assert engines.engines == [], "closing the trainer stopped its engines"
-    assert trainer.env_workers is None and train_envs.actors == [None, None], "and its env actors"
+    assert trainer.env_pool is None and train_envs.actors == [None, None], "and its env actors"
 
 
 def _trajectory_view(trajectory: Any) -> tuple[Any, ...]:
@@ -110,41 +111,33 @@ def _trajectory_view(trajectory: Any) -> tuple[Any, ...]:
 
 
 def test_rollout_envs_on_ray_workers_play_exactly_as_local_envs_and_a_lost_worker_names_its_episode(
-    cluster: Cluster, tiny_folder: Path
+    cluster: Cluster, random_tiny_model: Any, char_tokenizer: Any
 ) -> None:
-    from llmgym.error import WorkerDiedError
-    from llmgym_train.agents import AgentConfig
-    from llmgym_train.chat import ChatTokens
-    from llmgym_train.envs import RayEnvWorkers
-    from llmgym_train.generation import make_generator
-    from llmgym_train.rollout import EnvMix, group_episodes, rollout
+    from test_vector_rollout import MIXTURE, PINNED, greedy_rollout, trajectory_digest
 
-    generator = make_generator("hf", tiny_folder, max_model_len=1024)  # honours per-request seeds
-    chat = ChatTokens(generator.tokenizer)
-    mixture = [EnvMix("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvMix("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
-    episodes = group_episodes(mixture, group_size=2, seed=4)
-    # Greedy: padding in differently composed batches changes logits in the 7th digit, which can
-    # flip a sampled token of a near-uniform random model but not its argmax.
-    config = AgentConfig(sampling=SamplingSpec(max_tokens=6, temperature=0.0), max_context_tokens=1024)
-    together = {"config": config}
-    local = rollout(generator, chat, episodes, **together)
-    workers = RayEnvWorkers(2, num_cpus=0.5, address=cluster.address)
+    from llmgym.error import WorkerDiedError
+    from llmgym.vector.ray_backend import RayEnvBackend
+    from llmgym_train.envs import EnvPool
+    from llmgym_train.planner import group_episodes
+
+    # The same plan, model and greedy sampling as the per-episode path whose trajectories are pinned.
+    pool = EnvPool(RayEnvBackend(num_cpus=0.5, address=cluster.address), num_workers=2)
     try:
-        remote = rollout(generator, chat, episodes, **together, env_workers=workers)
-        assert [_trajectory_view(t) for t in remote.trajectories] == [_trajectory_view(t) for t in local.trajectories]
-        assert remote.metrics["time/env_s"] > 0
-        [backend] = workers.backends
-        assert len({node for node, _ in backend.locations()}) == 2, "env actors on both nodes"
-        again = rollout(generator, chat, episodes, **together, env_workers=workers)
-        assert len(workers.backends) == 1, "the same envs are reused, not restarted"
-        assert [_trajectory_view(t) for t in again.trajectories] == [_trajectory_view(t) for t in local.trajectories]
-        ray.kill(backend.actors[1], no_restart=True)  # holds episodes 3..5
-        with pytest.raises(WorkerDiedError, match=r"episode [345] \(llmgym/(FrozenLake|Sokoban)-v0, seed \d+\)") as raised:
-            rollout(generator, chat, episodes, **together, env_workers=workers)
-        assert raised.value.index in (3, 4, 5) and raised.value.seed == episodes[raised.value.index].seed
+        remote = greedy_rollout(random_tiny_model, char_tokenizer, pool)
+        assert [trajectory_digest(t) for t in remote] == PINNED
+        frozen_lake, sokoban = pool.vector_envs  # one vector env per env id and options
+        assert len({node for node, _ in frozen_lake.backend.locations()}) == 2, "env actors on both nodes"
+        again = greedy_rollout(random_tiny_model, char_tokenizer, pool)
+        assert pool.vector_envs == [frozen_lake, sokoban], "the same envs are reused, not restarted"
+        assert [trajectory_digest(t) for t in again] == PINNED
+        ray.kill(frozen_lake.backend.actors[1], no_restart=True)  # holds episodes 2 and 3
+        with pytest.raises(WorkerDiedError, match=r"episode [23] \(llmgym/FrozenLake-v0, seed \d+\)") as raised:
+            greedy_rollout(random_tiny_model, char_tokenizer, pool)
+        episodes = group_episodes(MIXTURE, group_size=2, seed=7, step=3)
+        assert raised.value.index in (2, 3) and raised.value.seed == episodes[raised.value.index].seed
     finally:
-        workers.close()
-    assert workers.backends == []
+        pool.close()
+    assert pool.vector_envs == []
 
 
 def test_without_ray_the_local_path_trains_and_choosing_ray_names_the_install_command(

@@ -13,7 +13,8 @@ from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory, make_samples
 from llmgym_train.generation import Completion, SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.rollout import EnvMix, group_episodes, rollout
+from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.rollout import rollout
 
 FROZEN_LAKE = "llmgym/FrozenLake-v0"
 

@@ -164,6 +164,7 @@ def test_gradient_checkpointing_and_bfloat16_parameters_keep_the_float32_gradien
 
 
 # ---------------------------------------------------------------------- the run contract
+import json  # noqa: E402
 import math  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -386,3 +387,22 @@ def test_cli_runs_a_training_and_resumes_it_with_the_runs_own_config(
     for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", CHECKPOINT_FILE, "model/config.json"):
         assert (tmp_path / "cli" / name).is_file(), name
     assert any((tmp_path / "cli" / "tensorboard").iterdir())
+
+
+def test_linear_schedule_logs_each_steps_learning_rate(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=1)
+    _run(_config(tmp_path, model, "run", 4, "optim.lr_schedule=linear", "optim.lr_final=0.2"))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [record["lr"] for record in records if record["kind"] == "train"]
+    # Step k (0-based) runs at progress k/4: from lr down toward lr * lr_final.
+    assert logged == pytest.approx([0.01 * (0.2 + 0.8 * (1 - k / 4)) for k in range(4)])
+
+
+def test_a_resumed_run_keeps_what_was_left_of_its_time_budget(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=1)
+    budget = ("max_minutes=0.001",)  # 60 ms: used up by the first step
+    first = _run(_config(tmp_path, model, "run", 100, *budget))
+    assert first.step == 1 and "time budget" in first.stop_reason
+    assert _state(tmp_path / "run")["budget_used_s"] >= 0.06
+    resumed = _run(_config(tmp_path, model, "run", 100, *budget), resume=True)
+    assert resumed.step == 1, "the resumed run found its budget spent and trained no further step"

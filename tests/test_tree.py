@@ -18,7 +18,8 @@ from llmgym_train.config import TreeConfig, load_config
 from llmgym_train.data import Trajectory, Turn
 from llmgym_train.generation import SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.rollout import EnvMix, group_episodes, rollout
+from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.rollout import rollout
 from llmgym_train.tree import plan_tree, played_work, tree_forest, tree_samples
 
 T = torch.tensor

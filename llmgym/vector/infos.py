@@ -90,3 +90,23 @@ def _object_array(num_envs: int, indices: list[int], values: list[Any]) -> np.nd
     for index, value in zip(indices, values):
         array[index] = value
     return array
+
+
+def sub_env_info(batched: dict[str, Any], index: int) -> dict[str, Any]:
+    """Sub-env ``index``'s own ``info`` back out of a batched info dict (the keys its ``_key`` masks mark).
+
+    NumPy scalars come back as the Python values they were made from (``bool``, ``int``,
+    ``float``), so a caller that handles one episode at a time (the trainer's rollout, a
+    JSON log) sees what the env returned. A key whose array held mixed number types was cast
+    the way Gymnasium casts (see the module docstring); object arrays give back the objects.
+    """
+    info: dict[str, Any] = {}
+    for key, value in batched.items():
+        if key.startswith("_") and key[1:] in batched:
+            continue
+        present = batched.get(f"_{key}")
+        if present is None or not present[index]:
+            continue
+        item = sub_env_info(value, index) if isinstance(value, dict) else value[index]
+        info[key] = item.item() if isinstance(item, np.generic) else item
+    return info

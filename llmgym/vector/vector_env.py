@@ -22,6 +22,7 @@ from llmgym.error import (
     SnapshotMismatch,
     SnapshotNotSupported,
     SubEnvError,
+    SubEnvTimeout,
     UnknownOptionError,
     WorkerDiedError,
     did_you_mean,
@@ -87,6 +88,7 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
     * Snapshots: ``get_state(indices)`` returns each sub-env's ``get_state()`` (picklable, see
       :class:`llmgym.core.EnvState`) and ``set_state(states, indices)`` restores them, into the
       same sub-envs or others made with the same id, on any backend; see :meth:`set_state`.
+      ``await aget_state(...)`` / ``await aset_state(...)`` do the same from an event loop.
 
     Failures: a sub-env that raises surfaces as :class:`llmgym.error.SubEnvError` naming its
     index and seed, with the original traceback; the other sub-envs of that call did run, and
@@ -245,8 +247,12 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
             SnapshotNotSupported: a sub-env cannot snapshot (the message names it and why).
         """
         self._check_usable()
-        ops = [Op("call", index, ("get_state", (), {})) for index in self._indices(indices, "get_state")]
-        return self._run_calls(ops, "get_state")
+        return self._check_calls(self._execute(self._get_state_ops(indices), "get_state"), "get_state")
+
+    async def aget_state(self, indices: Sequence[int] | None = None) -> list[Any]:
+        """:meth:`get_state` without blocking the event loop."""
+        self._check_usable()
+        return self._check_calls(await self._aexecute(self._get_state_ops(indices), "get_state"), "get_state")
 
     def set_state(self, states: Sequence[Any], indices: Sequence[int] | None = None) -> None:
         """Restore ``states[k]`` into sub-env ``indices[k]`` (default: sub-env ``k``).
@@ -259,6 +265,27 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
         Raises:
             SnapshotMismatch: a state is not a snapshot of this id's env.
         """
+        selected, never_reset = self._plan_set_state(states, indices)
+        if never_reset.any():
+            self.reset(mask=never_reset)
+        ops = self._set_state_ops(states, selected)
+        self._check_calls(self._execute(ops, "set_state"), "set_state")
+        self._restored(states, selected)
+
+    async def aset_state(self, states: Sequence[Any], indices: Sequence[int] | None = None) -> None:
+        """:meth:`set_state` without blocking the event loop."""
+        selected, never_reset = self._plan_set_state(states, indices)
+        if never_reset.any():
+            await self.areset(mask=never_reset)
+        ops = self._set_state_ops(states, selected)
+        self._check_calls(await self._aexecute(ops, "set_state"), "set_state")
+        self._restored(states, selected)
+
+    def _get_state_ops(self, indices: Sequence[int] | None) -> list[Op]:
+        return [Op("call", index, ("get_state", (), {})) for index in self._indices(indices, "get_state")]
+
+    def _plan_set_state(self, states: Sequence[Any], indices: Sequence[int] | None) -> tuple[list[int], np.ndarray]:
+        """The sub-envs to restore, and those among them never reset (reset first)."""
         self._check_usable()
         selected = self._indices(indices, "set_state")
         if len(states) != len(selected):
@@ -267,10 +294,14 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
             )
         never_reset = np.zeros(self.num_envs, dtype=np.bool_)
         never_reset[selected] = ~self._started[selected]
-        if never_reset.any():
-            self.reset(mask=never_reset)
-        ops = [Op("call", index, ("set_state", (state,), {})) for index, state in zip(selected, states)]
-        self._run_calls(ops, "set_state")
+        return selected, never_reset
+
+    @staticmethod
+    def _set_state_ops(states: Sequence[Any], selected: list[int]) -> list[Op]:
+        return [Op("call", index, ("set_state", (state,), {})) for index, state in zip(selected, states)]
+
+    def _restored(self, states: Sequence[Any], selected: list[int]) -> None:
+        """Bookkeeping after a restore: each sub-env shows its snapshot's observation and ended flag."""
         for index, state in zip(selected, states):
             self._observations[index] = state.observation
             self._needs_reset[index] = state.ended
@@ -305,6 +336,11 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
         if self.autoreset_mode != AutoresetMode.NEXT_STEP:
             pending = pending | self._needs_reset
         return pending
+
+    @property
+    def backend(self) -> Any:
+        """The started backend (``None`` once closed): for monitoring, e.g. a Ray backend's ``locations()``."""
+        return self._backend
 
     @property
     def worker_pids(self) -> list[int]:
@@ -444,8 +480,11 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
 
     # ------------------------------------------------------------------ running calls
     def _run_calls(self, ops: list[Op], call: str) -> list[Any]:
-        """Run ``call`` ops; a failure raises (a snapshot error keeps its type across backends)."""
-        results = self._execute(ops, call)
+        """Run ``call`` ops; a failure raises (see :meth:`_check_calls`)."""
+        return self._check_calls(self._execute(ops, call), call)
+
+    def _check_calls(self, results: list[Any], call: str) -> list[Any]:
+        """The results of ``call`` ops, or the error of the first failure (a snapshot error keeps its type across backends)."""
         failures = [result for result in results if isinstance(result, Failure)]
         if failures:
             error = _sub_env_error(failures, call, self._seeds, self._autoresets)
@@ -496,7 +535,7 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
         self._close_because(f"{where[0].lower()}{where[1:]} failed in {call}: {failure.detail}")
         advice = "Every worker was stopped and this vector env is closed; make a new one."
         if failure.reason == "timeout":
-            return TimeoutError(f"{where} did not finish {call}: {failure.detail}. {advice}")
+            return SubEnvTimeout(f"{where} did not finish {call}: {failure.detail}. {advice}", index=index, seed=seed)
         return WorkerDiedError(f"{where}: its worker died during {call}: {failure.detail}. {advice}",
                                index=index, seed=seed)
 

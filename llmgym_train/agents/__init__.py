@@ -12,12 +12,13 @@ from __future__ import annotations
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym_train.agents.base import Agent, AgentConfig, GenerationRequest
 from llmgym_train.agents.chain import ChainAgent, MarkovAgent, MathMultiTurnAgent
-from llmgym_train.envs import AsyncEnv, EnvTimer
+from llmgym_train.envs import AgentEnv, AsyncEnv, EnvTimer
 from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 
 __all__ = [
     "Agent",
     "AgentConfig",
+    "AgentEnv",
     "AsyncEnv",
     "ChainAgent",
     "EnvTimer",

@@ -8,8 +8,8 @@ at, so an agent that does more (retries, tool calls, feedback) costs no throughp
 
 :class:`~llmgym_train.episode.TrajectoryBuilder` does the token bookkeeping every agent
 needs, so an agent's ``collect_trajectory`` reads as the episode's logic only. How the env is
-reached (:class:`~llmgym_train.envs.AsyncEnv`, in process or on workers) is
-:mod:`llmgym_train.envs`'s business.
+reached (:class:`~llmgym_train.envs.AgentEnv`: a sub-env of llmgym's vector env, on any
+backend) is :mod:`llmgym_train.envs`'s business.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
-from llmgym_train.envs import AsyncEnv
+from llmgym_train.envs import AgentEnv
 from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion, SamplingSpec
 
@@ -67,8 +67,9 @@ class Agent:
         config: turn limit, sampling and context length.
     """
 
-    #: The agent reaches into the env object itself (not only ``reset`` / ``step``), so its
-    #: envs stay in the rollout's process even when env workers are configured.
+    #: The agent reaches into the env object itself (not only ``reset`` / ``step``), so each of
+    #: its episodes gets a gymnasium env in the rollout's process (an ``AsyncEnv``), not a sub-env
+    #: of the pool's vector envs.
     needs_local_env: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -88,7 +89,7 @@ class Agent:
     async def collect_trajectory(
         self,
         prompt: EpisodeStart,
-        env: AsyncEnv,
+        env: AgentEnv,
         obs_queue: asyncio.Queue[GenerationRequest | None],
         act_queue: asyncio.Queue[Completion],
     ) -> Trajectory:

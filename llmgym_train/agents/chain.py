@@ -16,7 +16,7 @@ from typing import ClassVar
 from llmgym_train.agents.base import Agent, GenerationRequest
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
-from llmgym_train.envs import AsyncEnv
+from llmgym_train.envs import AgentEnv
 from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 from llmgym_train.generation.base import Completion
 
@@ -46,7 +46,7 @@ def fresh_context(chat: ChatTokens, builder: TrajectoryBuilder, completion: Comp
 async def play_chain(
     agent: Agent,
     prompt: EpisodeStart,
-    env: AsyncEnv,
+    env: AgentEnv,
     obs_queue: asyncio.Queue[GenerationRequest | None],
     act_queue: asyncio.Queue[Completion],
 ) -> Trajectory:
@@ -63,7 +63,7 @@ async def play_chain(
 async def play_turns(
     agent: Agent,
     builder: TrajectoryBuilder,
-    env: AsyncEnv,
+    env: AgentEnv,
     obs_queue: asyncio.Queue[GenerationRequest | None],
     act_queue: asyncio.Queue[Completion],
     before_turn: Callable[[TrajectoryBuilder], Awaitable[None]] | None = None,
@@ -145,7 +145,7 @@ class MathMultiTurnAgent(Agent):
     async def collect_trajectory(
         self,
         prompt: EpisodeStart,
-        env: AsyncEnv,
+        env: AgentEnv,
         obs_queue: asyncio.Queue[GenerationRequest | None],
         act_queue: asyncio.Queue[Completion],
     ) -> Trajectory:

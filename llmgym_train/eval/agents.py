@@ -16,8 +16,11 @@ Agent specs, as given on the command line:
 * ``jax-ppo:<checkpoint>``: a policy trained by :mod:`llmgym.jax.ppo` (the ``jax`` extra),
   loaded from its checkpoint folder; it plays the envs whose board it was trained on.
 * ``vllm:<model>``: a local model through the vLLM backend (``vllm`` = ``vllm:smollm2-135m``).
-* ``checkpoint:<dir>``: a run folder of ``llmgym-train`` (its ``model/``, saved at each
-  checkpoint) or any HF model folder, through the vLLM backend (``--backend hf``: transformers).
+* ``checkpoint:<dir>``: a run folder of ``llmgym-train`` (one with ``config.yaml``) plays its
+  ``model/`` (saved at each checkpoint) as the run was trained and evaluated: the run's agent,
+  response prefix, choices and token limits, through the trainer's evaluation loop
+  (:class:`llmgym_train.eval.policy.RunAgent`). Any other HF model folder plays in plain chat
+  like ``vllm:<model>``. Both through the vLLM backend (``--backend hf``: transformers).
 * ``openai:<base_url>#<model>``: any OpenAI-compatible chat endpoint.
 """
 
@@ -36,6 +39,10 @@ from llmgym.core import TextEnv
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, did_you_mean
 from llmgym.wrappers.classic import BOARD_SPECS, board_shape, encode_board, make_classic_env
 from llmgym_train.eval.results import portable_path
+
+#: The file that makes a folder a run folder of ``llmgym-train`` (as ``llmgym_train.config.RUN_CONFIG_FILE``,
+#: not imported from there: the config module loads the trainer's side, and reference agents run without it).
+RUN_CONFIG_FILE = "config.yaml"
 
 Message = dict[str, str]
 
@@ -545,6 +552,11 @@ def check_agent_spec(spec: str) -> None:
         )
 
 
+def is_run_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a run folder of ``llmgym-train`` (it holds the run's ``config.yaml``)."""
+    return (Path(path).expanduser() / RUN_CONFIG_FILE).is_file()
+
+
 def make_agent(spec: str, options: AgentOptions) -> Agent:
     """Build the agent ``spec`` names (see the module docstring for the forms)."""
     check_agent_spec(spec)
@@ -562,6 +574,10 @@ def make_agent(spec: str, options: AgentOptions) -> Agent:
     if kind == "checkpoint":
         # The row's name holds the folder as results files hold paths: never the machine's absolute path.
         name = f"checkpoint:{portable_path(argument)}"
+        if is_run_folder(argument):
+            from llmgym_train.eval.policy import RunAgent  # torch and the trainer's rollout: only for run rows
+
+            return RunAgent.from_run(argument, options, name=name)  # type: ignore[return-value]
         return VllmAgent.from_model(argument, options.sampling, options.seed, name=name, backend=options.backend)
     base_url, _, model = argument.rpartition("#")
     return OpenAIAgent(base_url, model, options.sampling, options.seed)

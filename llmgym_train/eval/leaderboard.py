@@ -11,6 +11,10 @@ One command writes three files next to each other (default ``benchmarks/results/
 * ``leaderboard.json``: provenance, settings, summaries and every episode's outcome;
 * ``leaderboard.png``: success rates with their 95% intervals.
 
+A run folder of ``llmgym-train`` (``checkpoint:<run>``) plays as the run's own evaluation
+does, through :func:`llmgym_train.eval.policy.evaluate_policy`: its agent, response prefix,
+choices and token limits, greedy, each episode resetting with its level's eval-set seed.
+
 Metrics per env (and per difficulty where eval records carry one): success rate with a
 Wilson 95% interval, mean return, mean turns, invalid-action rate (per turn), generated
 tokens per episode (LLM agents), and pass@k over samples (the unbiased estimator of Chen et
@@ -30,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -143,6 +147,15 @@ class EpisodeResult:
     truncated: bool = False
     optimal_steps: int | None = None
     difficulty: str | None = None
+    #: The texts played each turn, where the row keeps them (rows of runs: their one-token choices).
+    actions: list[str] | None = None
+
+
+def level_difficulty(record: dict[str, Any]) -> str | None:
+    """An eval record's difficulty (its own, else its level's), ``None`` where it has none."""
+    level = record["level"]
+    difficulty = record.get("difficulty", level.get("difficulty") if isinstance(level, dict) else None)
+    return None if difficulty is None else str(difficulty)
 
 
 def summarize(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, Any]:
@@ -185,16 +198,14 @@ class _Episode:
         seeds = np.random.SeedSequence([run_seed, int(record["seed"]), sample])
         env_seed = int(seeds.generate_state(1, dtype=np.uint32)[0])
         self.rng = np.random.default_rng(seeds.spawn(1)[0])
-        level = record["level"]
-        difficulty = record.get("difficulty", level.get("difficulty") if isinstance(level, dict) else None)
         self.result = EpisodeResult(
             level_index=int(record["index"]),
             sample=sample,
             env_seed=env_seed,
             optimal_steps=record.get("optimal_steps"),
-            difficulty=None if difficulty is None else str(difficulty),
+            difficulty=level_difficulty(record),
         )
-        env.reset(seed=env_seed, options={"level": level})
+        env.reset(seed=env_seed, options={"level": record["level"]})
         self.done = False
 
     def turn(self) -> Turn:
@@ -248,6 +259,22 @@ def play(
     return [episode.result for episode in episodes]
 
 
+@runtime_checkable
+class LevelPlayer(Protocol):
+    """An agent that plays whole levels itself rather than answering turns in lockstep.
+
+    A run folder of ``llmgym-train`` is one (:class:`~llmgym_train.eval.policy.RunAgent`): it
+    plays through the trainer's evaluation loop, so its row measures what the run's own
+    evaluation measured.
+    """
+
+    def play_levels(
+        self, env_id: str, records: Sequence[dict[str, Any]], config: LeaderboardConfig
+    ) -> list[EpisodeResult]:
+        """Every (level, sample) of ``records``, in that order (level-major)."""
+        ...
+
+
 def evaluate(
     agent: Agent, env_id: str, config: LeaderboardConfig, advance: Any = None
 ) -> dict[str, Any] | None:
@@ -261,7 +288,12 @@ def evaluate(
     records = all_records[: config.limit] if config.limit else all_records
     agent.prepare(env_id)
     start = time.perf_counter()
-    episodes = play(agent, env_id, records, config, advance)
+    if isinstance(agent, LevelPlayer):
+        episodes = agent.play_levels(env_id, records, config)
+        if advance is not None:
+            advance(len(episodes))
+    else:
+        episodes = play(agent, env_id, records, config, advance)
     row: dict[str, Any] = {
         "agent": agent.name,
         "env_id": env_id,
@@ -280,7 +312,11 @@ def evaluate(
             name: summarize([e for e in episodes if e.difficulty == name], config.samples)
             for name in difficulties
         }
-    row["episodes"] = [asdict(episode) for episode in episodes]
+    # Rows that keep no actions write none: their episodes read as they always have.
+    row["episodes"] = [
+        {key: value for key, value in asdict(episode).items() if key != "actions" or value is not None}
+        for episode in episodes
+    ]
     return row
 
 

@@ -7,7 +7,7 @@ on one machine), each in its own Ray actor, spread over the cluster's nodes. It 
 difference: each batch of requests is cut into near-equal contiguous shares, one per engine,
 run at once, and put back in order. Requests that carry a sampling seed give the same
 completion whichever engine serves them. (The rollout's envs go to Ray through the vector
-env's Ray backend: :class:`llmgym_train.envs.RayEnvWorkers`.)
+env's Ray backend, in :class:`llmgym_train.envs.EnvPool`.)
 
 Weight sync, through one :class:`WeightTransport` interface:
 

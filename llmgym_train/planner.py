@@ -1,0 +1,168 @@
+"""The episode planner: which episodes a rollout plays (env, options, level seed, group), in one place.
+
+Training, the trainer's evaluations and the benchmarks all plan here:
+
+* :func:`plan_groups`: each env of a mixture gets ``n_groups`` groups of ``group_size``
+  episodes; a group's members share one level seed (GRPO's groups). Level seeds come from
+  :func:`step_seeds` ``(run seed, step, env's position in the mixture)``, so a run resumed at
+  step ``k``, or run again with the same seed, plays the same levels at every step.
+* :func:`plan_eval`: the first ``levels`` frozen eval levels of each env (:func:`eval_levels`),
+  each episode its own group.
+* :func:`sampling_seed` and :func:`update_seed`: the step's other seeds, from streams of the
+  same :func:`step_seeds` that no mixture reaches (:data:`SAMPLING_STREAM`, :data:`UPDATE_STREAM`).
+
+The rollout plays a plan on llmgym's vector env with these seeds given per sub-env
+(``areset(seed=[...])``). The vector env's own ``options={"group_size": g}`` (seeds ``s + k``
+for group ``k``) serves users of the vector env alone; a plan does not use it.
+
+Importing this module loads no torch: ``llmgym-bench`` reads its eval levels without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from llmgym.error import InvalidOptionError
+from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
+
+if TYPE_CHECKING:
+    from llmgym_train.episode import EpisodeStart
+
+#: :func:`step_seeds` stream of the step's sampling seed (mixture positions stay far below it).
+SAMPLING_STREAM = 10_000
+#: :func:`step_seeds` stream of the step's minibatch order.
+UPDATE_STREAM = 20_000
+
+
+class EnvGroups(Protocol):
+    """One env of a mixture, as the planner reads it (the trainer's ``EnvSpec`` and :class:`EnvMix` fit).
+
+    Attributes:
+        id: registered env id, e.g. ``llmgym/Sokoban-v0``.
+        n_groups: groups of this env per rollout; each group is one level.
+        options: keyword arguments for ``gymnasium.make``.
+        label: what metrics call this env (``success_rate/LABEL``).
+    """
+
+    id: str
+    n_groups: int
+    options: dict[str, Any]
+
+    @property
+    def label(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class EnvMix:
+    """A plain :class:`EnvGroups`, for scripts, benchmarks and tests."""
+
+    #: Registered env id.
+    id: str
+    #: Groups of this env per rollout.
+    n_groups: int = 1
+    #: Keyword arguments for ``gymnasium.make``.
+    options: dict[str, Any] = field(default_factory=dict)
+    #: Metric name; empty: the id.
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
+
+
+@dataclass
+class EpisodePlan:
+    """The episodes of a rollout, in order, and the metric label of each."""
+
+    starts: list[EpisodeStart]
+    labels: list[str]
+
+
+def step_seeds(seed: int, step: int, stream: int, count: int) -> np.ndarray:
+    """``count`` seeds for (run seed, step, stream): the same in every process and after a resume."""
+    return np.random.SeedSequence([seed, step, stream]).generate_state(count, dtype=np.uint64) % (2**63 - 1)
+
+
+def sampling_seed(seed: int, step: int) -> int:
+    """The seed a step's sampling requests derive theirs from (``AgentConfig.sampling_seed``)."""
+    return int(step_seeds(seed, step, SAMPLING_STREAM, count=1)[0] % (2**31 - 1))
+
+
+def update_seed(seed: int, step: int) -> int:
+    """The seed of a step's minibatch order (a ``torch.Generator`` seed)."""
+    return int(step_seeds(seed, step, UPDATE_STREAM, count=1)[0] % 2**62)
+
+
+def plan_groups(envs: Sequence[EnvGroups], group_size: int, seed: int, step: int = 0) -> EpisodePlan:
+    """``sum(n_groups) x group_size`` episodes; a group's members share one level seed.
+
+    Groups are numbered across the mixture in order; the ``k``-th env's level seeds are
+    ``step_seeds(seed, step, k, n_groups)``. The trainer plans step ``s`` of a run with
+    ``seed=config.seed, step=s``.
+    """
+    from llmgym_train.episode import EpisodeStart
+
+    if group_size < 1:
+        raise InvalidOptionError(f"group_size must be >= 1, got {group_size}.")
+    if len(envs) >= SAMPLING_STREAM:
+        raise InvalidOptionError(f"A mixture of {len(envs)} envs would share seeds with sampling; use fewer than {SAMPLING_STREAM}.")
+    starts: list[EpisodeStart] = []
+    labels: list[str] = []
+    group = 0
+    for env_index, spec in enumerate(envs):
+        for level_seed in step_seeds(seed, step, env_index, count=spec.n_groups):
+            for _ in range(group_size):
+                starts.append(EpisodeStart(len(starts), spec.id, int(level_seed), group, dict(spec.options)))
+                labels.append(spec.label)
+            group += 1
+    return EpisodePlan(starts, labels)
+
+
+def group_episodes(envs: Sequence[EnvGroups], group_size: int, seed: int, step: int = 0) -> list[EpisodeStart]:
+    """The episodes of :func:`plan_groups`, without their labels."""
+    return plan_groups(envs, group_size, seed, step).starts
+
+
+def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
+    """``(seed, reset options)`` of the first ``count`` frozen eval levels of ``env_id``.
+
+    An env without a frozen eval set (a user's own env), or one whose options change its
+    levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
+    """
+    if not use_eval_set or not has_eval_set(env_id):
+        return [(EVAL_SEED_BASE + index, None) for index in range(count)]
+    return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
+
+
+def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True, samples: int = 1) -> EpisodePlan:
+    """The episodes of a policy evaluation: the first ``levels`` eval levels of each env.
+
+    Each level is played ``samples`` times in a row (the leaderboard's ``--samples``; the
+    trainer plays each once), as one group: an evaluation compares nothing within a group.
+    Episodes play their level through reset options where the env has a frozen eval set (see
+    :func:`eval_levels`).
+    """
+    from llmgym_train.episode import EpisodeStart
+
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}.")
+    starts: list[EpisodeStart] = []
+    labels: list[str] = []
+    group = 0
+    for spec in envs:
+        for seed, options in eval_levels(spec.id, levels, use_eval_set):
+            for _ in range(samples):
+                starts.append(EpisodeStart(len(starts), spec.id, seed, group, dict(spec.options), options))
+                labels.append(spec.label)
+            group += 1
+    return EpisodePlan(starts, labels)
+
+
+__all__ = [
+    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvGroups", "EnvMix", "EpisodePlan", "eval_levels", "group_episodes",
+    "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
+]
