@@ -267,6 +267,32 @@ def test_checkpoint_row_of_a_run_plays_as_the_trainers_evaluation(tmp_path: Path
     runs.close()
 
 
+def test_base_row_of_a_run_plays_the_starting_model_with_the_runs_settings(tmp_path: Path) -> None:
+    """``base:<run>``: the model the run started from, played exactly as ``checkpoint:<run>`` plays."""
+    from llmgym_train.config import load_config
+    from llmgym_train.models import resolve_model
+    from llmgym_train.testing import save_tiny_model
+    from llmgym_train.trainer import Trainer
+
+    moves = ["Left", "Down", "Right", "Up"]
+    model, run_folder = save_tiny_model(tmp_path / "tiny", seed=1, words=moves), tmp_path / "run"
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(_CHOICE_RUN.format(model=model, output=run_folder))
+    with Trainer(load_config(config_file)) as trainer:
+        trainer.save_checkpoint()  # untrained: model/ holds the starting weights
+    rows = run(_config(tmp_path, (f"checkpoint:{run_folder}", f"base:{run_folder}"), ("llmgym/FrozenLake-v1",),
+                       limit=6, options=AgentOptions(backend="hf")))["results"]
+    trained, base = sorted(rows, key=lambda row: row["agent"].startswith("base:"))
+    assert base["agent"].startswith("base:") and trained["agent"].startswith("checkpoint:")
+    assert base["agent_settings"]["model"] == str(resolve_model(str(model))), "the config's model, not model/"
+    assert trained["agent_settings"]["model"] != base["agent_settings"]["model"]
+    settings = ("agent", "response_prefix", "choices", "max_new_tokens", "env_options")
+    assert [base["agent_settings"][key] for key in settings] == [trained["agent_settings"][key] for key in settings]
+    assert [e["actions"] for e in base["episodes"]] == [e["actions"] for e in trained["episodes"]], "same weights"
+    with pytest.raises(InvalidOptionError, match="run folder"):
+        make_agent(f"base:{model}", AgentOptions(backend="hf"))
+
+
 def test_checkpoint_agent_rejects_a_folder_that_is_neither_a_model_nor_a_run(tmp_path: Path) -> None:
     with pytest.raises(InvalidOptionError, match="config.json.*run folder"):
         make_agent(f"checkpoint:{tmp_path}", AgentOptions())

@@ -199,8 +199,11 @@ class RunAgent:
         self.settings: dict[str, Any] = dict(self._base_settings)
 
     @classmethod
-    def from_run(cls, run: str | Path, options: AgentOptions, name: str | None = None) -> RunAgent:
+    def from_run(cls, run: str | Path, options: AgentOptions, name: str | None = None, base: bool = False) -> RunAgent:
         """Load the run folder's config and model (``options.backend``: ``vllm`` or ``hf``) and play as it was trained.
+
+        ``base``: play the model the run started from (its config's ``model``) instead of its
+        ``model/``, with the same settings: the run's before-training row.
 
         The leaderboard's sampling options other than temperature and top_p (``--max-tokens``,
         ``--history``, ``--max-model-len``) are for chat models and do not apply: the run's own do.
@@ -215,12 +218,13 @@ class RunAgent:
         settings = replace(
             PlaySettings.of_run(config.rollout, config.eval), temperature=sampling.temperature, top_p=sampling.top_p
         )
-        folder = resolve_model(str(run))
+        folder = resolve_model(config.model if base else str(run))
         generator = make_generator(
             options.backend, folder, max_model_len=settings.max_model_len, seed=options.seed  # type: ignore[arg-type]
         )
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        extra = {"model": str(folder), "backend": options.backend, "seed": options.seed}
+        extra = {"model": str(folder), "backend": options.backend, "seed": options.seed,
+                 "weights": "the run's starting model" if base else "the run's last checkpoint"}
         return cls(run, generator, tokenizer, config, settings, name, extra)
 
     def env_spec(self, env_id: str, max_turns: int | None = None) -> EnvSpec:
