@@ -26,12 +26,18 @@ Two workloads:
 * ``uniform`` (today's): 64 Sokoban-v0 episodes (16 groups of 4), 4 turns of at most 64
   tokens. The model rarely ends a Sokoban turn by itself, so turns mostly run to the limit,
   and the env answers in microseconds: the two rollout patterns should be close here.
-* ``varied``: 32 episodes (8 groups of 4) of ``llmgym/ToolUse-Python-v0``, the python tool env,
-  up to 4 turns of at most 256 tokens. Why this env: its turns end where the model ends them
-  (an end-of-turn token, a few dozen to a few hundred tokens in), and a turn that calls the
-  python tool waits for a real bubblewrap sandbox (tens of ms to a few hundred per call),
-  as tool-using agents do in training. A turn-synchronous loop waits for the longest answer
-  and the slowest sandbox of every turn; llmgym's rollout keeps generating meanwhile.
+* ``varied``: 32 episodes (8 groups of 4) of ``llmgym/MathMultiTurn-v0`` (three attempts at a
+  problem, "wrong, try again" after each miss), turns of at most 256 tokens, every turn
+  starting with ``<answer>`` written into the prompt (``response_prefix``, as the trainer's
+  ``rollout.response_prefix``). Why this env: the default model ends 7 turns in 8 here with its
+  end-of-turn token, anywhere from a few tokens to the limit (measured on 8 episodes: 7 to 256
+  tokens, 12% cut at the limit), and the env checks each answer for real: an answer that is
+  not a plain number (most of this model's) goes to math-verify in a worker process, a round
+  trip of milliseconds to tens of ms. The python tool env (``ToolUse-Python-v0``) would give
+  longer waits (a bubblewrap sandbox per call), but this model never writes a well-formed tool
+  call there (96% of its turns were invalid, no sandbox ran), and without a prefix it never
+  closes an ``<answer>`` tag in the math envs either. A turn-synchronous loop waits every turn
+  for the longest answer and the slowest check; llmgym's rollout keeps generating meanwhile.
 
 Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
 at least 0.9 of ``replay`` on both (generated tokens per second).
@@ -86,6 +92,8 @@ class Workload:
     env_options: dict[str, Any] = field(default_factory=dict)
     #: Sampling temperature (training rollouts sample at 1.0).
     temperature: float = 1.0
+    #: Text every turn starts with, written into the prompt (the trainer's ``rollout.response_prefix``).
+    response_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.episodes % self.group_size:
@@ -114,8 +122,8 @@ class Workload:
 WORKLOADS = {
     "uniform": Workload("uniform", "llmgym/Sokoban-v0", episodes=64, group_size=4, max_turns=4,
                         max_tokens=64),
-    "varied": Workload("varied", "llmgym/ToolUse-Python-v0", episodes=32, group_size=4, max_turns=4,
-                       max_tokens=256),
+    "varied": Workload("varied", "llmgym/MathMultiTurn-v0", episodes=32, group_size=4, max_turns=3,
+                       max_tokens=256, response_prefix="<answer>"),
 }
 
 
@@ -199,6 +207,7 @@ class Bench:
                             turns=sum(len(t.turns) for t in result.trajectories),
                             prompt_tokens=sum(turn.start for t in result.trajectories for turn in t.turns),
                             cut_turn_rate=metrics["cut_turn_rate"], success_rate=metrics["success_rate"],
+                            invalid_action_rate=metrics["invalid_action_rate"],
                             generation_s=metrics["time/generation_s"], env_s=metrics["time/env_s"])
 
     def warm_up(self) -> None:
@@ -217,10 +226,12 @@ class Bench:
         replay(VllmReplay(self.generator, self.config.sampling), replay_plan(warm.trajectories))
 
 
-def run_workload(generator: Any, chat: Any, workload: Workload, rounds: int, seed: int) -> dict[str, Any]:
+def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int, seed: int) -> dict[str, Any]:
     """Every round of one workload; its settings, rounds and summary."""
+    from llmgym_train.chat import ChatTokens
     from llmgym_train.envs import EnvPool
 
+    chat = ChatTokens(tokenizer, response_prefix=workload.response_prefix)
     pool = EnvPool("thread")
     config = workload.agent_config(seed, generator.max_model_len)
     bench = Bench(generator, chat, workload, workload.plan(seed), config, pool)
@@ -261,12 +272,13 @@ def headline(workloads: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def engine_record(generator: Any) -> dict[str, Any]:
-    """The engine's settings that shape the figures."""
+    """The engine's settings that shape the figures (``None`` where this vLLM version keeps one elsewhere)."""
     engine = generator.llm.llm_engine
+    cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
     return {"model": f"{MODEL} (SmolLM2-135M-Instruct)", "backend": "vllm (in-process engine)",
             "dtype": str(engine.model_config.dtype).removeprefix("torch."),
-            "block_size": engine.vllm_config.cache_config.block_size,
-            "prefix_caching": bool(engine.vllm_config.cache_config.enable_prefix_caching),
+            "block_size": getattr(cache, "block_size", None),
+            "prefix_caching": getattr(cache, "enable_prefix_caching", None),
             "max_model_len": generator.max_model_len}
 
 
@@ -304,16 +316,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     load_start = os.getloadavg()
     from transformers import AutoTokenizer
 
-    from llmgym_train.chat import ChatTokens
     from llmgym_train.generation import make_generator
     from llmgym_train.models import resolve_model
 
     model = resolve_model(MODEL)
     generator = make_generator("vllm", model, max_model_len=2048, seed=args.seed)  # the trainer's engine
-    chat = ChatTokens(AutoTokenizer.from_pretrained(model))
+    tokenizer = AutoTokenizer.from_pretrained(model)
     try:
         engine = engine_record(generator)
-        workloads = {workload.name: run_workload(generator, chat, workload, args.rounds, args.seed)
+        workloads = {workload.name: run_workload(generator, tokenizer, workload, args.rounds, args.seed)
                      for workload in chosen}
     finally:
         generator.close()
