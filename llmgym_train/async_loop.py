@@ -249,11 +249,15 @@ class AsyncRollouts:
         try:
             asyncio.run(self._produce(ready))
         except BaseException as error:  # noqa: BLE001 - the consumer re-raises it with its cause
-            with self._condition:
-                self._shared.error = error
-                self._condition.notify_all()
+            self._fail(error)
         finally:
             ready.set()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._condition:
+            if self._shared.error is None and not self._stopping:
+                self._shared.error = error
+            self._condition.notify_all()
 
     async def _produce(self, ready: threading.Event) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
@@ -267,11 +271,14 @@ class AsyncRollouts:
                 self._apply_publication()
                 self._start_batches(batches)
                 await self._wait(batches)
+        except BaseException as error:
+            self._fail(error)  # the trainer hears of it now, not after the cleanup below
+            raise
         finally:
             for task in batches:
                 task.cancel()
             await asyncio.gather(*batches, return_exceptions=True)
-            await self._stream.close(abort=self._stopping)
+            await self._stream.close(abort=True)  # evaluation episodes still waiting are cancelled with the loop
 
     async def _wait(self, batches: set[asyncio.Task[None]]) -> None:
         """Until woken (a publication, a slot freed, a stop); a failed batch or engine loop raises here."""

@@ -251,7 +251,7 @@ class Trainer:
             # resumed run has what its checkpoint had left.
             self._budget_started = time.monotonic()
             self.log.start_budget(self.budget_used_s)
-            if self.rollouts is not None and not self.rollouts.running and self.step < config.steps:
+            if self.rollouts is not None and not self.rollouts.running:  # from here on the engines are its
                 self.rollouts.start(self.policy.export_weights())
             self._step_clock = (time.perf_counter(), self._engine_busy())
             self.log.advance(self.step, None, self._last_eval_success())
@@ -432,14 +432,21 @@ class Trainer:
         return {group for group, kept in zip(ids, keep.tolist(), strict=True) if kept}
 
     def _prepare(self, samples: list[Sample]) -> Batch:
-        """Collate, rescore under the current weights, and attach advantages."""
+        """Collate, rescore under the current weights, and attach advantages.
+
+        Async: the engine's logprobs (collated into ``old_logprobs``) become the behaviour
+        policy's, the versions that sampled the tokens; the weights at this update's start are
+        the proximal policy of the decoupled objective, scored like a synchronous step's old ones.
+        """
         config = self.config
         batch = collate(samples, self.policy.pad_token_id)
+        if self.rollouts is not None:
+            batch.behaviour_logprobs = batch.old_logprobs
         loss = config.loss
         single_update = config.optim.ppo_epochs == 1 and not 0 < config.optim.minibatch_size < len(batch)
-        if single_update and config.algo != "ppo" and loss.kl_coef == 0 and self.rollouts is None:
-            # One update on fresh data: its first forward pass gives the old logprobs, no
-            # separate scoring pass (a third of a step's compute) is needed.
+        if single_update and config.algo != "ppo" and loss.kl_coef == 0:
+            # One update on this data: its first forward pass gives the old (proximal) logprobs,
+            # no separate scoring pass (a third of a step's compute) is needed.
             batch.old_logprobs = None
             return with_advantages(
                 batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
@@ -449,10 +456,6 @@ class Trainer:
             self.policy, batch, config.optim.micro_batch_size, values=config.algo == "ppo",
             reference=loss.kl_coef > 0, max_tokens=config.update.micro_batch_tokens,
         )
-        if self.rollouts is not None:
-            # Async: the sampled tokens' versions are the behaviour policy (the engine's logprobs,
-            # collated into old_logprobs); the weights at this update's start the proximal one.
-            batch.behaviour_logprobs = batch.old_logprobs
         # The ratio's denominator is the trainer's own logprob of the sampled tokens: the
         # generator's numbers differ by its dtype and kernels, which would bias the clip.
         batch.old_logprobs = scored["logprobs"] * batch.loss_mask

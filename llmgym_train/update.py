@@ -82,8 +82,9 @@ def micro_batch_loss(
     )
     mask = micro.loss_mask  # (B, T)
     assert micro.advantages is not None, "advantages must be computed before the update"
-    # No old logprobs: the update is the first and only one on this data, so the policy that
-    # sampled it (as the trainer scores it) is the current one and the ratio is exactly 1.
+    # No old logprobs: the update is the first and only one on this data, so the policy it
+    # starts from (the sampling one, as the trainer scores it, or the proximal one when
+    # behaviour logprobs are given) is the current one and the ratio is exactly 1.
     old_logprobs = scored["logprobs"].detach() if micro.old_logprobs is None else micro.old_logprobs
     if micro.behaviour_logprobs is not None:  # stale samples: old_logprobs are the proximal policy's
         total, stats = decoupled_surrogate(

@@ -63,8 +63,17 @@ class TurnsEnv(TextEnv):
         return str(self._turns - self._played)
 
 
-if TURNS_ENV_ID not in gym.registry:
-    gym.register(TURNS_ENV_ID, entry_point=TurnsEnv)
+class BrokenEnv(TurnsEnv):
+    """Fails on its first step, as an env with a bug does."""
+
+    def _apply(self, action: str) -> Outcome:
+        raise RuntimeError("the env broke")
+
+
+BROKEN_ENV_ID = "llmgym-test/Broken-v0"
+for env_id, entry_point in ((TURNS_ENV_ID, TurnsEnv), (BROKEN_ENV_ID, BrokenEnv)):
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=entry_point)
 
 
 def level_turns(seed: int) -> int:
@@ -188,6 +197,16 @@ def test_async_steps_log_their_staleness_and_idle_shares_and_the_progress_line_s
     assert len(lengths) >= 3 * GROUPS * GROUP_SIZE
 
 
+def test_a_failure_in_the_producer_stops_the_trainer_with_its_cause(tmp_path: Path) -> None:
+    from llmgym.error import SubEnvError
+    from llmgym_train.async_loop import ProducerFailed
+
+    model = save_tiny_model(tmp_path / "model", seed=5)
+    with pytest.raises(ProducerFailed, match="the env broke") as raised:
+        _run(_config(tmp_path, model, 2, 1, f"train_envs={BROKEN_ENV_ID}:1"))
+    assert isinstance(raised.value.__cause__, SubEnvError)
+
+
 def test_async_config_is_checked_before_anything_loads() -> None:
     with pytest.raises(InvalidOptionError, match="Did you mean 'async'"):
         load_config(overrides=["trainer.mode=asynch"])
@@ -214,3 +233,20 @@ def test_hf_engine_stamps_each_completion_with_the_published_version(char_tokeni
     completion = generator.generate([prompt], sampling)[0]
     assert completion.policy_versions == (7,) * len(completion.token_ids)
     assert torch.equal(random_tiny_model.model.embed_tokens.weight, other.model.embed_tokens.weight)
+
+
+def test_the_decoupled_update_with_behaviour_equal_to_proximal_is_ppos() -> None:
+    """Fresh samples (the behaviour policy is the proximal one) give the synchronous update's gradient exactly."""
+    from llmgym_train.config import LossConfig
+    from test_trainer import _batch, _gradients, _policy
+
+    policy = _policy(with_value=False)
+    batch = _batch(policy)
+    loss = LossConfig(behaviour_cap=2.0)
+    plain = _gradients(policy, batch, 3, loss, "grpo")
+    batch.behaviour_logprobs = batch.old_logprobs.clone()
+    decoupled = _gradients(policy, batch, 3, loss, "grpo")
+    torch.testing.assert_close(decoupled, plain, rtol=1e-5, atol=1e-7)
+    batch.behaviour_logprobs = batch.old_logprobs - 5.0 * batch.loss_mask  # pi_prox / mu = e^5: truncated at the cap
+    capped = _gradients(policy, batch, 3, loss, "grpo")
+    torch.testing.assert_close(capped, 2.0 * plain, rtol=1e-4, atol=1e-7)
