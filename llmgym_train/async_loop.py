@@ -32,7 +32,6 @@ after a resume too.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -106,7 +105,6 @@ class AsyncRollouts:
         agent: the registered agent that plays training episodes.
         env_pool: the trainer's vector envs.
         finished: ended, untrained episodes restored from a checkpoint (ticket -> trajectory).
-        cores: pin the producer thread to these CPUs (``None``: leave it be).
     """
 
     def __init__(
@@ -120,13 +118,11 @@ class AsyncRollouts:
         agent: str,
         env_pool: EnvPool | None,
         finished: dict[int, Trajectory] | None = None,
-        cores: set[int] | None = None,
     ) -> None:
         if not isinstance(generator, VersionedGenerator):
             raise TypeError(f"{type(generator).__name__} cannot publish policy versions; asynchronous training needs one that can.")
         self.generator, self.chat = generator, chat
         self.plan, self.agent_config, self.agent, self.env_pool = plan, agent_config, agent, env_pool
-        self.cores = cores
         self._shared = _Shared(controller, dict(finished or {}))
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -135,7 +131,6 @@ class AsyncRollouts:
         self._stream: EpisodeStream | None = None
         self._stopping = False
         self._busy_slots: set[str] = set()
-        self._started_at = time.perf_counter()
 
     # ------------------------------------------------------------------ the trainer's side
     @property
@@ -244,8 +239,6 @@ class AsyncRollouts:
 
     # ------------------------------------------------------------------ the producer thread
     def _run(self, ready: threading.Event) -> None:
-        if self.cores:
-            os.sched_setaffinity(0, self.cores)  # this thread only (Linux): the trainer keeps its own cores
         try:
             asyncio.run(self._produce(ready))
         except BaseException as error:  # noqa: BLE001 - the consumer re-raises it with its cause
