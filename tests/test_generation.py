@@ -265,7 +265,9 @@ if __name__ == "__main__":
     versions = done["a"].policy_versions
     assert versions[0] == 0 and versions[-1] == 1 and len(versions) == 40, versions
     assert set(after.policy_versions) == {1}
-    assert after.token_ids != before.token_ids, "the engine samples from the published weights"
+    # A random tiny model with tied embeddings tends to repeat its input, whatever its seed: the
+    # logprobs, not the tokens, show which weights sampled.
+    assert after.token_ids != before.token_ids or after.logprobs != before.logprobs, "the published weights sample"
     generator.close()
     print("OK")
 """

@@ -207,7 +207,7 @@ class VllmGenerator:
         # The engine is in another process: hand the weights over as a file in shared memory.
         folder = Path(tempfile.mkdtemp(prefix="llmgym-weights-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
         try:
-            save_file({name: tensor.detach().contiguous() for name, tensor in cast}, str(folder / "model.safetensors"))
+            save_file(_unshared(cast), str(folder / "model.safetensors"))
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -286,6 +286,21 @@ def _token_versions(spans: Sequence[Any] | None, length: int) -> tuple[int, ...]
     if any(version is None for version in versions):
         return None
     return tuple(versions)  # type: ignore[arg-type]
+
+
+def _unshared(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Contiguous tensors by name; a tensor that shares memory with an earlier one (tied embeddings) is copied.
+
+    safetensors refuses to write shared tensors, and the reload wants every name.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in named_tensors:
+        tensor = tensor.detach().contiguous()
+        pointer = tensor.untyped_storage().data_ptr()
+        tensors[name] = tensor.clone() if pointer in seen else tensor
+        seen.add(pointer)
+    return tensors
 
 
 @contextmanager
