@@ -239,6 +239,13 @@ class AsyncRollouts:
 
     # ------------------------------------------------------------------ the producer thread
     def _run(self, ready: threading.Event) -> None:
+        import torch
+
+        # OpenMP's thread count is per thread, and a new thread starts at the machine's default;
+        # torch's first call in a thread sets it to torch's (the run's ``threads``). vLLM's CPU
+        # attention plans its work by the former and runs it by the latter: make them agree
+        # before this thread steps an engine.
+        torch.get_num_threads()
         try:
             asyncio.run(self._produce(ready))
         except BaseException as error:  # noqa: BLE001 - the consumer re-raises it with its cause

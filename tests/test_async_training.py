@@ -254,3 +254,22 @@ def test_the_decoupled_update_with_behaviour_equal_to_proximal_is_ppos() -> None
     batch.behaviour_logprobs = batch.old_logprobs - 5.0 * batch.loss_mask  # pi_prox / mu = e^5: truncated at the cap
     capped = _gradients(policy, batch, 3, loss, "grpo")
     torch.testing.assert_close(capped, 2.0 * plain, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_async_training_on_an_in_process_vllm_engine_keeps_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer thread steps vLLM's in-process engine; versions arrive between decode steps, mid-completion."""
+    trained: list[tuple[int, list[Trajectory]]] = []
+    filtered = Trainer._filtered_samples
+
+    def recorded(self: Trainer, trajectories: list[Trajectory]) -> Any:
+        trained.append((self.step, list(trajectories)))
+        return filtered(self, trajectories)
+
+    monkeypatch.setattr(Trainer, "_filtered_samples", recorded)
+    model = save_tiny_model(tmp_path / "model", seed=3, num_heads=2)  # heads vLLM's CPU attention takes
+    config = _config(tmp_path, model, 4, 1, "rollout.backend=vllm", "rollout.max_new_tokens=24")
+    summary = _run(config)
+    assert summary.completed and [version for version, _ in trained] == [0, 1, 2, 3]
+    check_batches(trained, max_staleness=1, seed=0)
