@@ -17,7 +17,7 @@ Kolmogorov-Smirnov distance (0: the same distribution). ``async_over_sync`` is t
 steps per hour. The load average at the start and end of each mode says whether the machine
 was quiet.
 
-Run the measurement (about an hour on a quiet 2-core machine)::
+Run the measurement (tens of minutes on a quiet 2-core machine; nothing else may run)::
 
     python -m benchmarks.async_training
 
