@@ -10,8 +10,8 @@ In sync mode each core idles while the other works; in async mode both work at o
 the ceiling is 2x when both halves take equal time.
 
 Figures per mode (the first ``--warmup`` steps excluded): steps per hour, the mean share of
-time the engine and the trainer idled (``idle/engine``, ``idle/trainer`` of each step), the
-staleness of async steps, and the distributions of episode lengths (generated tokens) over
+time the engine and the trainer idled (each step's ``time/engine_idle``, ``time/trainer_idle``),
+the staleness of async steps, and the distributions of episode lengths (generated tokens) over
 every episode generated vs every episode trained on, with their two-sample
 Kolmogorov-Smirnov distance (0: the same distribution). ``async_over_sync`` is the ratio of
 steps per hour. The load average at the start and end of each mode says whether the machine
@@ -147,8 +147,8 @@ def mode_figures(train: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "steps_timed": len(measured),
         "seconds": seconds,
         "steps_per_hour": 3600 * len(measured) / seconds,
-        "idle_engine": mean("idle/engine"),
-        "idle_trainer": mean("idle/trainer"),
+        "idle_engine": mean("time/engine_idle"),
+        "idle_trainer": mean("time/trainer_idle"),
         "staleness_mean": mean("staleness/mean"),
         "staleness_max": max((record.get("staleness/max", 0.0) for record in measured), default=0.0),
         "success_rate_last": measured[-1].get("success_rate"),

@@ -344,8 +344,8 @@ class Trainer:
         interval = max(now - since, 1e-9)
         trainer = interval - metrics["time/wait_s"] if self.rollouts is not None else metrics["time/update_s"]
         return {
-            "idle/engine": min(max(1.0 - (engine - engine_before) / interval, 0.0), 1.0),
-            "idle/trainer": min(max(1.0 - trainer / interval, 0.0), 1.0),
+            "time/engine_idle": min(max(1.0 - (engine - engine_before) / interval, 0.0), 1.0),
+            "time/trainer_idle": min(max(1.0 - trainer / interval, 0.0), 1.0),
         }
 
     def _engine_busy(self) -> float:

@@ -196,7 +196,7 @@ def test_async_steps_log_their_staleness_and_idle_shares_and_the_progress_line_s
     train = [record for record in records if record["kind"] == "train"]
     assert [record["policy_version"] for record in train] == [0, 1, 2]
     for record in train:
-        assert 0 <= record["staleness/max"] <= 1 and 0 <= record["idle/engine"] <= 1 and 0 <= record["idle/trainer"] <= 1
+        assert 0 <= record["staleness/max"] <= 1 and 0 <= record["time/engine_idle"] <= 1 and 0 <= record["time/trainer_idle"] <= 1
         assert "time/wait_s" in record and "behaviour_weight_mean" in record  # the decoupled objective ran
     assert len(lengths) >= 3 * GROUPS * GROUP_SIZE
 
