@@ -1,107 +1,331 @@
-"""Rollout throughput against raw vLLM generation, in the same run.
+"""Rollout throughput: llmgym's rollout against the turn-synchronous pattern and the engine alone, in one run.
 
-Plays 64 multi-turn Sokoban episodes (16 groups x 4) with SmolLM2-135M-Instruct on an
-in-process vLLM engine, and measures generated tokens per second of the whole rollout (env
-steps, chat-template token bookkeeping, queueing and all). It then asks ``LLM.generate`` for
-the same number of tokens from the episodes' first prompts in one call (every completion
-the same length, no env in between): the best case for the engine. The figure is
-``ratio = rollout tokens/s / raw tokens/s``; the raw pass runs before and after the rollout
-and their mean is used, since the machine's speed drifts. The prefix cache is cleared
-between passes, so neither reuses the other's prompt computation.
+Three ways to play the same episodes (same plan, level seeds, sampling seeds, token limits)
+on the same in-process vLLM engine, the one the trainer builds for the default model
+(``make_generator("vllm", "smollm2-135m")``: SmolLM2-135M-Instruct; on CPUs float32 with
+32-token KV blocks and prefix caching):
 
-Run: ``python -m benchmarks.rollout_throughput [--episodes 64 --max-turns 4 --max-tokens 64]``.
+* ``llmgym``: the trainer's rollout (:func:`llmgym_train.rollout.rollout` on an
+  :class:`~llmgym_train.envs.EnvPool` of llmgym's vector env, thread backend): every episode
+  is its own request stream, and an episode's next turn goes to the engine as soon as its env
+  answered, joining the running batch.
+* ``turn_synchronous``: the pattern of RAGEN and verl-agent, the anchor
+  (:func:`benchmarks.rollout_patterns.turn_synchronous_rollout`): per turn one batched
+  ``generate`` over every live episode, then one masked vector-env step, on the same pool.
+* ``replay``: the engine alone, the limit (:func:`benchmarks.rollout_patterns.replay`): the
+  latest ``llmgym`` pass's requests read back from its trajectories and sent straight to the
+  engine, each turn generating exactly the tokens it generated then, each episode's turns in
+  order, episodes concurrently, no env.
+
+The prefix cache is cleared before every pass: no pass reuses another's prompts. Each round
+runs the three once, in an order rotated from round to round, so the machine's drift reaches
+all of them; ratios are taken within a round and reported as the median and range over rounds.
+
+Two workloads:
+
+* ``uniform`` (today's): 64 Sokoban-v0 episodes (16 groups of 4), 4 turns of at most 64
+  tokens. The model rarely ends a Sokoban turn by itself, so turns mostly run to the limit,
+  and the env answers in microseconds: the two rollout patterns should be close here.
+* ``varied``: 32 episodes (8 groups of 4) of ``llmgym/ToolUse-Python-v0``, the python tool env,
+  up to 4 turns of at most 256 tokens. Why this env: its turns end where the model ends them
+  (an end-of-turn token, a few dozen to a few hundred tokens in), and a turn that calls the
+  python tool waits for a real bubblewrap sandbox (tens of ms to a few hundred per call),
+  as tool-using agents do in training. A turn-synchronous loop waits for the longest answer
+  and the slowest sandbox of every turn; llmgym's rollout keeps generating meanwhile.
+
+Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
+at least 0.9 of ``replay`` on both (generated tokens per second).
+
+Writes ``benchmarks/results/rollout_throughput.json``: provenance, load averages at start and
+end, per workload and pattern tokens/s and episodes/s (median, range, every round), and at
+the top level ``ratio_vs_turn_synchronous`` and ``ratio_vs_replay`` (the ``varied``
+workload's medians) with ``uniform_ratio_vs_turn_synchronous`` and ``uniform_ratio_vs_replay``.
+
+Run (about 10 minutes on 2 idle cores): ``python -m benchmarks.rollout_throughput``.
+A smoke run: ``python -m benchmarks.rollout_throughput --episodes 4 --turns 2 --rounds 1
+--results-dir /tmp/rollout_smoke``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import os
+import statistics
 import time
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
 
-from benchmarks.common import write_result
+from benchmarks.common import RESULTS_DIR, write_result
 
-
-def _first_turn(episode: Any) -> tuple[str, str]:
-    """The first observation and system prompt of ``episode``'s level."""
-    import gymnasium as gym
-
-    observation, info = gym.make(episode.env_id, **episode.env_kwargs).reset(seed=episode.seed)
-    return observation, info["system_prompt"]
-
-
-def raw_generate_rate(generator: Any, prompts: list[list[int]], tokens_per_prompt: int) -> tuple[float, int]:
-    """Tokens/s of one ``LLM.generate`` call producing ``tokens_per_prompt`` tokens per prompt."""
-    import vllm
-
-    params = vllm.SamplingParams(max_tokens=tokens_per_prompt, min_tokens=tokens_per_prompt, ignore_eos=True,
-                                 temperature=1.0, logprobs=0, detokenize=False)
-    start = time.perf_counter()
-    outputs = generator.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-    elapsed = time.perf_counter() - start
-    produced = sum(len(output.outputs[0].token_ids) for output in outputs)
-    return produced / elapsed, produced
+Pattern = Literal["llmgym", "turn_synchronous", "replay"]
+PATTERNS: tuple[Pattern, ...] = ("llmgym", "turn_synchronous", "replay")
+#: The goals, as ratios of generated tokens per second.
+GOALS = {"uniform_vs_turn_synchronous": 1.0, "varied_vs_turn_synchronous": 1.2, "vs_replay": 0.9}
+MODEL = "smollm2-135m"
 
 
-def main() -> None:
+@dataclass(frozen=True)
+class Workload:
+    """The episodes of one workload and how their turns are sampled."""
+
+    #: Name in the results file (``uniform``, ``varied``).
+    name: str
+    #: Registered env id.
+    env_id: str
+    #: Episodes per pass (a multiple of ``group_size``).
+    episodes: int
+    #: Episodes per level (GRPO's groups, as in training).
+    group_size: int
+    #: Turns per episode at most (the env may end it sooner).
+    max_turns: int
+    #: Tokens per turn at most.
+    max_tokens: int
+    #: Keyword arguments for ``gymnasium.make``.
+    env_options: dict[str, Any] = field(default_factory=dict)
+    #: Sampling temperature (training rollouts sample at 1.0).
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or self.episodes % self.group_size:
+            raise ValueError(
+                f"episodes must be a positive multiple of group_size={self.group_size}, got {self.episodes}."
+            )
+
+    def plan(self, seed: int) -> list[Any]:
+        """The episodes, from the planner (level seeds of step 0 of run ``seed``)."""
+        from llmgym_train.planner import EnvMix, plan_groups
+
+        mix = EnvMix(self.env_id, n_groups=self.episodes // self.group_size, options=dict(self.env_options))
+        return plan_groups([mix], self.group_size, seed).starts
+
+    def agent_config(self, seed: int, max_model_len: int) -> Any:
+        """Sampling, turn limit and per-request seeds, as the trainer sets them for step 0 of run ``seed``."""
+        from llmgym_train.agents import AgentConfig
+        from llmgym_train.generation import SamplingSpec
+        from llmgym_train.planner import sampling_seed
+
+        sampling = SamplingSpec(max_tokens=self.max_tokens, temperature=self.temperature)
+        return AgentConfig(sampling=sampling, max_turns=self.max_turns, max_context_tokens=max_model_len,
+                           sampling_seed=sampling_seed(seed, 0))
+
+
+WORKLOADS = {
+    "uniform": Workload("uniform", "llmgym/Sokoban-v0", episodes=64, group_size=4, max_turns=4,
+                        max_tokens=64),
+    "varied": Workload("varied", "llmgym/ToolUse-Python-v0", episodes=32, group_size=4, max_turns=4,
+                       max_tokens=256),
+}
+
+
+def round_orders(rounds: int) -> list[tuple[Pattern, ...]]:
+    """The order of the passes in each round: rotated, so each pattern takes each place in turn.
+
+    ``llmgym`` opens the first round: the replay replays the latest ``llmgym`` pass.
+    """
+    return [tuple(PATTERNS[(start + offset) % len(PATTERNS)] for offset in range(len(PATTERNS)))
+            for start in range(rounds)]
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, smallest and largest of ``values``, and the values themselves."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": list(values)}
+
+
+def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per-pattern tokens/s and episodes/s, and llmgym's ratios to the other two, over ``rounds``.
+
+    A ratio is taken within a round (the same stretch of the machine's time), then summarized.
+    """
+    summary: dict[str, Any] = {}
+    for pattern in PATTERNS:
+        summary[pattern] = {figure: spread([played[pattern][figure] for played in rounds])
+                            for figure in ("tokens_per_s", "episodes_per_s")}
+    for other in ("turn_synchronous", "replay"):
+        summary[f"ratio_vs_{other}"] = spread(
+            [played["llmgym"]["tokens_per_s"] / played[other]["tokens_per_s"] for played in rounds])
+    return summary
+
+
+def pass_figures(seconds: float, generated: int, episodes: int, **extra: Any) -> dict[str, Any]:
+    """One pass's figures: its wall time, tokens and episodes, and their rates."""
+    return {"seconds": seconds, "generated_tokens": generated, "episodes": episodes,
+            "tokens_per_s": generated / seconds, "episodes_per_s": episodes / seconds, **extra}
+
+
+@dataclass
+class Bench:
+    """What the passes of one workload share: the engine, the episodes, the env pool, the latest recording."""
+
+    generator: Any
+    chat: Any
+    workload: Workload
+    starts: list[Any]
+    config: Any
+    pool: Any
+    #: The trajectories of the latest ``llmgym`` pass and its round (what ``replay`` replays).
+    recording: list[Any] | None = None
+    recording_round: int | None = None
+
+    def clear_prefix_cache(self) -> None:
+        """Drop cached prompt KV, so that a pass does not reuse the previous pass's prompts."""
+        llm = getattr(self.generator, "llm", None)
+        if llm is not None:
+            llm.reset_prefix_cache()
+
+    def measure(self, pattern: Pattern, round_index: int) -> dict[str, Any]:
+        """Play one pass of ``pattern``; its figures."""
+        from benchmarks.rollout_patterns import VllmReplay, replay, replay_plan, turn_synchronous_rollout
+        from llmgym_train.rollout import rollout
+
+        self.clear_prefix_cache()
+        if pattern == "replay":
+            assert self.recording is not None, "replay needs an llmgym pass first (round_orders starts with one)"
+            engine, plan = VllmReplay(self.generator, self.config.sampling), replay_plan(self.recording)
+            played = replay(engine, plan)
+            return pass_figures(played.seconds, played.generated_tokens, played.episodes,
+                                requests=played.requests, replays_round=self.recording_round)
+        started = time.perf_counter()
+        if pattern == "llmgym":
+            result = rollout(self.generator, self.chat, self.starts, config=self.config, env_pool=self.pool)
+            self.recording, self.recording_round = result.trajectories, round_index
+        else:
+            result = turn_synchronous_rollout(self.generator, self.chat, self.starts, config=self.config,
+                                              env_pool=self.pool)
+        seconds = time.perf_counter() - started
+        metrics = result.metrics
+        return pass_figures(seconds, int(metrics["tokens/generated"]), len(result.trajectories),
+                            turns=sum(len(t.turns) for t in result.trajectories),
+                            prompt_tokens=sum(turn.start for t in result.trajectories for turn in t.turns),
+                            cut_turn_rate=metrics["cut_turn_rate"], success_rate=metrics["success_rate"],
+                            generation_s=metrics["time/generation_s"], env_s=metrics["time/env_s"])
+
+    def warm_up(self) -> None:
+        """Build the pass's vector env and reset it; play one group each way (kernels, sandboxes, workers)."""
+        from benchmarks.rollout_patterns import VllmReplay, replay, replay_plan, turn_synchronous_rollout
+        from llmgym_train.envs import EnvTimer
+        from llmgym_train.rollout import rollout
+
+        _, coordinators = self.pool.episodes(self.starts, EnvTimer())
+        for coordinator in coordinators:
+            starts = coordinator.starts
+            coordinator.venv.reset(seed=[s.seed for s in starts], options=[s.reset_options for s in starts])
+        group = self.starts[: self.workload.group_size]
+        warm = rollout(self.generator, self.chat, group, config=self.config, env_pool=self.pool)
+        turn_synchronous_rollout(self.generator, self.chat, group, config=self.config, env_pool=self.pool)
+        replay(VllmReplay(self.generator, self.config.sampling), replay_plan(warm.trajectories))
+
+
+def run_workload(generator: Any, chat: Any, workload: Workload, rounds: int, seed: int) -> dict[str, Any]:
+    """Every round of one workload; its settings, rounds and summary."""
+    from llmgym_train.envs import EnvPool
+
+    pool = EnvPool("thread")
+    config = workload.agent_config(seed, generator.max_model_len)
+    bench = Bench(generator, chat, workload, workload.plan(seed), config, pool)
+    try:
+        started = time.perf_counter()
+        bench.warm_up()
+        print(f"[{workload.name}] warm-up {time.perf_counter() - started:.1f} s", flush=True)
+        played_rounds = []
+        for round_index, order in enumerate(round_orders(rounds)):
+            played: dict[str, Any] = {"order": list(order)}
+            for pattern in order:
+                played[pattern] = bench.measure(pattern, round_index)
+                figures = played[pattern]
+                print(f"[{workload.name}] round {round_index} {pattern}: {figures['generated_tokens']} tokens "
+                      f"in {figures['seconds']:.1f} s = {figures['tokens_per_s']:.0f} tokens/s", flush=True)
+            played_rounds.append(played)
+    finally:
+        pool.close()
+    return {"settings": asdict(workload), "rounds": played_rounds, "summary": summarize(played_rounds)}
+
+
+def headline(workloads: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The top-level figures: the varied workload's median ratios, the uniform one's beside them, goals met."""
+    figures: dict[str, Any] = {"goals": GOALS}
+    met: dict[str, bool] = {}
+    for name, prefix in (("varied", ""), ("uniform", "uniform_")):
+        if name not in workloads:
+            continue
+        summary = workloads[name]["summary"]
+        versus_anchor = summary["ratio_vs_turn_synchronous"]["median"]
+        versus_replay = summary["ratio_vs_replay"]["median"]
+        figures[f"{prefix}ratio_vs_turn_synchronous"] = versus_anchor
+        figures[f"{prefix}ratio_vs_replay"] = versus_replay
+        met[f"{name}_vs_turn_synchronous"] = versus_anchor >= GOALS[f"{name}_vs_turn_synchronous"]
+        met[f"{name}_vs_replay"] = versus_replay >= GOALS["vs_replay"]
+    figures["goals_met"] = met
+    return figures
+
+
+def engine_record(generator: Any) -> dict[str, Any]:
+    """The engine's settings that shape the figures."""
+    engine = generator.llm.llm_engine
+    return {"model": f"{MODEL} (SmolLM2-135M-Instruct)", "backend": "vllm (in-process engine)",
+            "dtype": str(engine.model_config.dtype).removeprefix("torch."),
+            "block_size": engine.vllm_config.cache_config.block_size,
+            "prefix_caching": bool(engine.vllm_config.cache_config.enable_prefix_caching),
+            "max_model_len": generator.max_model_len}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="llmgym/Sokoban-v0")
-    parser.add_argument("--episodes", type=int, default=64)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per turn")
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=["uniform", "varied"])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three passes (orders rotate)")
+    parser.add_argument("--episodes", type=int, default=None, help="episodes per pass (every workload)")
+    parser.add_argument("--turns", type=int, default=None, help="turns per episode at most (every workload)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    return args
 
+
+def workloads_of(args: argparse.Namespace) -> list[Workload]:
+    """The chosen workloads with ``--episodes`` and ``--turns`` applied (groups shrink to fit few episodes)."""
+    chosen = []
+    for name in args.workloads:
+        workload = WORKLOADS[name]
+        if args.episodes is not None:
+            group_size = min(workload.group_size, args.episodes)
+            workload = replace(workload, episodes=args.episodes, group_size=group_size)
+        if args.turns is not None:
+            workload = replace(workload, max_turns=args.turns)
+        chosen.append(workload)
+    return chosen
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    chosen = workloads_of(args)  # before the engine starts: a bad --episodes fails at once
+    load_start = os.getloadavg()
     from transformers import AutoTokenizer
 
-    from llmgym_train.agents import AgentConfig
     from llmgym_train.chat import ChatTokens
-    from llmgym_train.generation import SamplingSpec
-    from llmgym_train.generation.vllm_backend import VllmGenerator
+    from llmgym_train.generation import make_generator
     from llmgym_train.models import resolve_model
-    from llmgym_train.planner import EnvMix, group_episodes
-    from llmgym_train.rollout import rollout
 
-    model = resolve_model("smollm2-135m")
-    generator = VllmGenerator(model, max_model_len=2048, dtype="bfloat16", seed=args.seed)
+    model = resolve_model(MODEL)
+    generator = make_generator("vllm", model, max_model_len=2048, seed=args.seed)  # the trainer's engine
     chat = ChatTokens(AutoTokenizer.from_pretrained(model))
-    episodes = group_episodes([EnvMix(args.env, n_groups=args.episodes // args.group_size)], args.group_size, args.seed)
-    config = AgentConfig(sampling=SamplingSpec(max_tokens=args.max_tokens, temperature=1.0), max_turns=args.max_turns,
-                         max_context_tokens=2048, sampling_seed=args.seed)
-
-    warm = rollout(generator, chat, episodes[: args.group_size], config=config)  # compiles kernels, fills caches
-    print(f"warm-up done: {warm.metrics['tokens/generated']:.0f} tokens in {warm.metrics['time/total_s']:.1f} s", flush=True)
-    # The raw pass gets as many tokens per prompt as the rollout is expected to produce.
-    first_prompts = [chat.prompt(*_first_turn(episode)) for episode in episodes]
-    per_prompt = math.ceil(warm.metrics["tokens/generated"] / len(warm.trajectories))
-    raw_before, _ = raw_generate_rate(generator, first_prompts, per_prompt)
-    generator.llm.reset_prefix_cache()  # neither pass may reuse the other's prompt KV
-    result = rollout(generator, chat, episodes, config=config)
-    print(f"rollout done: {result.metrics['tokens/generated']:.0f} tokens in {result.metrics['time/total_s']:.1f} s", flush=True)
-    generated = int(result.metrics["tokens/generated"])
-    rollout_rate = generated / result.metrics["time/total_s"]
-    per_prompt = math.ceil(generated / len(first_prompts))
-    generator.llm.reset_prefix_cache()
-    raw_after, produced = raw_generate_rate(generator, first_prompts, per_prompt)
-    raw_rate = (raw_before + raw_after) / 2
-    figures = {
-        "ratio": rollout_rate / raw_rate,
-        "rollout_tokens_per_s": rollout_rate,
-        "raw_generate_tokens_per_s": raw_rate,
-        "raw_generate_tokens_per_s_runs": [raw_before, raw_after],
-        "generated_tokens": generated,
-        "raw_generated_tokens": produced,
-        "env": args.env,
-        "model": "smollm2-135m (SmolLM2-135M-Instruct), vLLM bfloat16, in-process engine",
-        "episodes": args.episodes,
-        "group_size": args.group_size,
-        "max_turns": args.max_turns,
-        "max_tokens_per_turn": args.max_tokens,
-        "rollout_metrics": result.metrics,
-    }
-    path = write_result("rollout_throughput", figures)
-    print(f"rollout {rollout_rate:.0f} tok/s, raw generate {raw_rate:.0f} tok/s, ratio {figures['ratio']:.3f} -> {path}")
+    try:
+        engine = engine_record(generator)
+        workloads = {workload.name: run_workload(generator, chat, workload, args.rounds, args.seed)
+                     for workload in chosen}
+    finally:
+        generator.close()
+    load_average = {"start": list(load_start), "end": list(os.getloadavg())}
+    figures = {**headline(workloads), "load_average": load_average, "engine": engine, "rounds": args.rounds,
+               "seed": args.seed, "workloads": workloads}
+    path = write_result("rollout_throughput", figures, args.results_dir)
+    for name, workload in workloads.items():
+        summary = workload["summary"]
+        print(f"{name}: llmgym / turn-synchronous {summary['ratio_vs_turn_synchronous']['median']:.3f}, "
+              f"llmgym / replay {summary['ratio_vs_replay']['median']:.3f}")
+    print(f"-> {path}")
 
 
 if __name__ == "__main__":

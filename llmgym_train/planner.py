@@ -8,6 +8,8 @@ Training, the trainer's evaluations and the benchmarks all plan here:
   step ``k``, or run again with the same seed, plays the same levels at every step.
 * :func:`plan_eval`: the first ``levels`` frozen eval levels of each env (:func:`eval_levels`),
   each episode its own group.
+* :func:`eval_set_levels`: those levels with what the eval set says of them (position, optimal
+  steps, difficulty): what the leaderboard's agents play, whether or not they are LLMs.
 * :func:`sampling_seed` and :func:`update_seed`: the step's other seeds, from streams of the
   same :func:`step_seeds` that no mixture reaches (:data:`SAMPLING_STREAM`, :data:`UPDATE_STREAM`).
 
@@ -127,15 +129,52 @@ def group_episodes(envs: Sequence[EnvGroups], group_size: int, seed: int, step: 
     return plan_groups(envs, group_size, seed, step).starts
 
 
-def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
-    """``(seed, reset options)`` of the first ``count`` frozen eval levels of ``env_id``.
+@dataclass(frozen=True)
+class EvalLevel:
+    """One evaluation level: where it sits in its eval set, how to reset to it, what the set says of it.
+
+    Attributes:
+        index: the level's position in the env's frozen eval set (its id in results files).
+        seed: the level's seed (the eval set's; ``EVAL_SEED_BASE + index`` without one).
+        options: the reset options that play it (``{"level": ...}``); ``None``: the seed alone does.
+        optimal_steps: the fewest steps that solve it, where the eval set knows them.
+        difficulty: the eval record's difficulty (its own, else its level's), where it has one.
+    """
+
+    index: int
+    seed: int
+    options: dict[str, Any] | None = None
+    optimal_steps: int | None = None
+    difficulty: str | None = None
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> EvalLevel:
+        """The level of one eval-set line (:func:`llmgym.eval_sets.load_eval_set`)."""
+        level = record["level"]
+        difficulty = record.get("difficulty", level.get("difficulty") if isinstance(level, dict) else None)
+        return cls(int(record["index"]), int(record["seed"]), {"level": level}, record.get("optimal_steps"),
+                   None if difficulty is None else str(difficulty))
+
+
+def eval_set_levels(env_id: str, count: int | None = None, use_eval_set: bool = True) -> list[EvalLevel]:
+    """The first ``count`` eval levels of ``env_id`` (``None``: the whole eval set), in the set's order.
 
     An env without a frozen eval set (a user's own env), or one whose options change its
     levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
     """
     if not use_eval_set or not has_eval_set(env_id):
-        return [(EVAL_SEED_BASE + index, None) for index in range(count)]
-    return [(int(record["seed"]), {"level": record["level"]}) for record in load_eval_set(env_id)[:count]]
+        if count is None:
+            raise InvalidOptionError(
+                f"{env_id} is evaluated on seeds, not on a frozen eval set; say how many levels (count=...)."
+            )
+        return [EvalLevel(index, EVAL_SEED_BASE + index) for index in range(count)]
+    records = load_eval_set(env_id)
+    return [EvalLevel.from_record(record) for record in (records if count is None else records[:count])]
+
+
+def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
+    """``(seed, reset options)`` of the first ``count`` eval levels of ``env_id`` (:func:`eval_set_levels`)."""
+    return [(level.seed, level.options) for level in eval_set_levels(env_id, count, use_eval_set)]
 
 
 def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True, samples: int = 1) -> EpisodePlan:
@@ -144,7 +183,7 @@ def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True,
     Each level is played ``samples`` times in a row (the leaderboard's ``--samples``; the
     trainer plays each once), as one group: an evaluation compares nothing within a group.
     Episodes play their level through reset options where the env has a frozen eval set (see
-    :func:`eval_levels`).
+    :func:`eval_set_levels`).
     """
     from llmgym_train.episode import EpisodeStart
 
@@ -154,15 +193,16 @@ def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True,
     labels: list[str] = []
     group = 0
     for spec in envs:
-        for seed, options in eval_levels(spec.id, levels, use_eval_set):
+        for level in eval_set_levels(spec.id, levels, use_eval_set):
             for _ in range(samples):
-                starts.append(EpisodeStart(len(starts), spec.id, seed, group, dict(spec.options), options))
+                start = EpisodeStart(len(starts), spec.id, level.seed, group, dict(spec.options), level.options)
+                starts.append(start)
                 labels.append(spec.label)
             group += 1
     return EpisodePlan(starts, labels)
 
 
 __all__ = [
-    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvGroups", "EnvMix", "EpisodePlan", "eval_levels", "group_episodes",
-    "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
+    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvGroups", "EnvMix", "EpisodePlan", "EvalLevel", "eval_levels",
+    "eval_set_levels", "group_episodes", "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
 ]

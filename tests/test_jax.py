@@ -21,6 +21,7 @@ jax = pytest.importorskip("jax")
 import llmgym  # noqa: E402
 from llmgym_train.eval.agents import JaxPpoAgent, make_agent, AgentOptions  # noqa: E402
 from llmgym_train.eval.leaderboard import LeaderboardConfig, play  # noqa: E402
+from llmgym_train.planner import EvalLevel  # noqa: E402
 from llmgym.error import InvalidOptionError, SubEnvError  # noqa: E402
 from llmgym.jax import (  # noqa: E402
     INVALID_ACTION,
@@ -257,8 +258,8 @@ def test_ppo_learns_small_lakes_and_the_agent_plays_its_checkpoint(tmp_path: Pat
     agent = make_agent(f"jax-ppo:{folder}", AgentOptions())
     assert isinstance(agent, JaxPpoAgent)
     assert not agent.supports(gym.make("llmgym/FrozenLake-v0").unwrapped)  # 4x4 boards
-    records = [{"index": index, "seed": 900_000 + index, "level": level}
-               for index, level in enumerate(levels_from_seeds("llmgym/FrozenLake-v0", range(900_000, 900_040),
-                                                               size=3))]
-    episodes = play(agent, "llmgym/FrozenLake-v0", records, LeaderboardConfig(agents=("random",), progress=False))
+    levels = [EvalLevel(index, 900_000 + index, {"level": level})
+              for index, level in enumerate(levels_from_seeds("llmgym/FrozenLake-v0", range(900_000, 900_040),
+                                                              size=3))]
+    episodes = play(agent, "llmgym/FrozenLake-v0", levels, LeaderboardConfig(agents=("random",), progress=False))
     assert np.mean([episode.success for episode in episodes]) >= 0.85

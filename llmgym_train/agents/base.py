@@ -114,10 +114,17 @@ class Agent:
         obs_queue: asyncio.Queue[GenerationRequest | None],
         act_queue: asyncio.Queue[Completion],
     ) -> Completion:
-        """Ask the inference loop for the next turn of ``builder``'s conversation and await it.
+        """Ask the inference loop for the next turn of ``builder``'s conversation (:meth:`request`) and await it."""
+        await obs_queue.put(self.request(builder))
+        return await act_queue.get()
+
+    def request(self, builder: TrajectoryBuilder) -> GenerationRequest:
+        """The generation request of the next turn of ``builder``'s conversation (counted as made).
 
         ``max_tokens`` is capped so prompt + completion stay within ``max_context_tokens``
-        (check :meth:`TrajectoryBuilder.fits` first: at least one token must fit).
+        (check :meth:`TrajectoryBuilder.fits` first: at least one token must fit). Separate from
+        :meth:`generate` so that a loop of another shape (the rollout benchmark's turn-synchronous
+        reference) asks exactly what an agent asks.
         """
         context = builder.context()
         room = self.config.max_context_tokens - len(context)
@@ -126,8 +133,7 @@ class Agent:
         builder.requests += 1
         if room < sampling.max_tokens or seed is not None:
             sampling = replace(sampling, max_tokens=min(room, sampling.max_tokens), seed=seed)
-        await obs_queue.put(GenerationRequest(builder.start.episode_index, context, sampling))
-        return await act_queue.get()
+        return GenerationRequest(builder.start.episode_index, context, sampling)
 
     def _request_seed(self, episode_index: int, request: int) -> int | None:
         if self.config.sampling.seed is not None or self.config.sampling_seed is None:

@@ -21,6 +21,9 @@ Agent specs, as given on the command line:
   response prefix, choices and token limits, through the trainer's evaluation loop
   (:class:`llmgym_train.eval.policy.RunAgent`). Any other HF model folder plays in plain chat
   like ``vllm:<model>``. Both through the vLLM backend (``--backend hf``: transformers).
+* ``base:<dir>``: the model a run folder started from (its config's ``model``), played as the
+  run plays (``checkpoint:<dir>``'s settings): the before-training row a trained run is read
+  against, on as many levels as the leaderboard plays.
 * ``openai:<base_url>#<model>``: any OpenAI-compatible chat endpoint.
 """
 
@@ -46,7 +49,7 @@ RUN_CONFIG_FILE = "config.yaml"
 
 Message = dict[str, str]
 
-AGENT_KINDS = ("random", "optimal", "sb3-ppo", "jax-ppo", "vllm", "checkpoint", "openai")
+AGENT_KINDS = ("random", "optimal", "sb3-ppo", "jax-ppo", "vllm", "checkpoint", "base", "openai")
 
 
 @dataclass
@@ -541,13 +544,14 @@ def check_agent_spec(spec: str) -> None:
     valid = (
         (kind in ("random", "optimal", "sb3-ppo") and not argument)
         or kind == "vllm"
-        or (kind in ("checkpoint", "jax-ppo") and bool(argument))
+        or (kind in ("checkpoint", "base", "jax-ppo") and bool(argument))
         or (kind == "openai" and "#" in argument)
     )
     if not valid:
         raise InvalidOptionError(
             f"Unknown agent {spec!r}.{did_you_mean(kind, AGENT_KINDS)} Expected one of: random, optimal, "
-            "sb3-ppo, jax-ppo:<checkpoint dir>, vllm[:<model>], checkpoint:<dir>, openai:<base_url>#<model> "
+            "sb3-ppo, jax-ppo:<checkpoint dir>, vllm[:<model>], checkpoint:<dir>, base:<run dir>, "
+            "openai:<base_url>#<model> "
             "(e.g. openai:http://127.0.0.1:8000/v1#my-model)."
         )
 
@@ -579,5 +583,14 @@ def make_agent(spec: str, options: AgentOptions) -> Agent:
 
             return RunAgent.from_run(argument, options, name=name)  # type: ignore[return-value]
         return VllmAgent.from_model(argument, options.sampling, options.seed, name=name, backend=options.backend)
+    if kind == "base":
+        if not is_run_folder(argument):
+            raise InvalidOptionError(
+                f"base:{argument} needs a run folder of llmgym-train (one with {RUN_CONFIG_FILE}); for a plain "
+                f"model use vllm:{argument}."
+            )
+        from llmgym_train.eval.policy import RunAgent
+
+        return RunAgent.from_run(argument, options, name=f"base:{portable_path(argument)}", base=True)  # type: ignore[return-value]
     base_url, _, model = argument.rpartition("#")
     return OpenAIAgent(base_url, model, options.sampling, options.seed)

@@ -1,6 +1,7 @@
 """The llmgym leaderboard: agents on the frozen eval sets, reproducible to the level.
 
-Every (agent, env) pair plays the env's frozen eval levels (:mod:`llmgym.eval_sets`), each
+Every (agent, env) pair plays the env's frozen eval levels (:mod:`llmgym.eval_sets`), as the
+episode planner lists them (:func:`llmgym_train.planner.eval_set_levels`, for every agent), each
 ``--samples`` times. Episode ``(level, sample)`` resets its env with a seed derived from the
 run seed, the level's seed and the sample index, and gives the agent a generator from the
 same triple: rerunning a row reproduces every episode, whatever else ran beside it.
@@ -41,10 +42,11 @@ import numpy as np
 
 import llmgym
 from llmgym.error import InvalidOptionError, did_you_mean
-from llmgym.eval_sets import has_eval_set, load_eval_set
+from llmgym.eval_sets import has_eval_set
 from llmgym.wrappers.chat import ChatHistory
 from llmgym_train.eval.agents import Agent, AgentOptions, Sampling, Turn, check_agent_spec, make_agent
 from llmgym_train.eval.results import RESULTS_DIR, markdown_table, portable, provenance
+from llmgym_train.planner import EvalLevel, eval_set_levels
 
 
 @dataclass(frozen=True)
@@ -151,13 +153,6 @@ class EpisodeResult:
     actions: list[str] | None = None
 
 
-def level_difficulty(record: dict[str, Any]) -> str | None:
-    """An eval record's difficulty (its own, else its level's), ``None`` where it has none."""
-    level = record["level"]
-    difficulty = record.get("difficulty", level.get("difficulty") if isinstance(level, dict) else None)
-    return None if difficulty is None else str(difficulty)
-
-
 def summarize(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, Any]:
     """The row's figures from its episodes."""
     count = len(episodes)
@@ -191,21 +186,25 @@ def _pass_at_ks(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, fl
 
 # ---------------------------------------------------------------------- playing
 class _Episode:
-    """One live episode: its env (with chat history), seeds and running totals."""
+    """One live episode: its env (with chat history), seeds and running totals.
 
-    def __init__(self, env: ChatHistory, record: dict[str, Any], sample: int, run_seed: int) -> None:
+    Sample ``k`` of a level resets with a seed drawn from (run seed, level seed, ``k``) and plays
+    the level through its reset options, so samples of a level differ by their env's RNG only.
+    """
+
+    def __init__(self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int) -> None:
         self.env = env
-        seeds = np.random.SeedSequence([run_seed, int(record["seed"]), sample])
+        seeds = np.random.SeedSequence([run_seed, level.seed, sample])
         env_seed = int(seeds.generate_state(1, dtype=np.uint32)[0])
         self.rng = np.random.default_rng(seeds.spawn(1)[0])
         self.result = EpisodeResult(
-            level_index=int(record["index"]),
+            level_index=level.index,
             sample=sample,
             env_seed=env_seed,
-            optimal_steps=record.get("optimal_steps"),
-            difficulty=level_difficulty(record),
+            optimal_steps=level.optimal_steps,
+            difficulty=level.difficulty,
         )
-        env.reset(seed=env_seed, options={"level": record["level"]})
+        env.reset(seed=env_seed, options=level.options)
         self.done = False
 
     def turn(self) -> Turn:
@@ -228,11 +227,13 @@ class _Episode:
 def play(
     agent: Agent,
     env_id: str,
-    records: Sequence[dict[str, Any]],
+    levels: Sequence[EvalLevel],
     config: LeaderboardConfig,
     advance: Any = None,
 ) -> list[EpisodeResult]:
-    """Play every (level, sample) of ``records`` with ``agent``, all episodes in lockstep.
+    """Play every (level, sample) of ``levels`` with ``agent``, all episodes in lockstep.
+
+    ``levels`` come from the planner (:func:`~llmgym_train.planner.eval_set_levels`), as every row's do.
 
     Lockstep turns let an LLM agent decode every live episode's turn in one batch.
     ``advance(n)`` is called as episodes finish (a progress bar's hook).
@@ -240,9 +241,9 @@ def play(
     env_options = {} if config.max_turns is None else {"max_turns": config.max_turns}
     episodes = [
         _Episode(
-            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), record, sample, config.seed
+            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), level, sample, config.seed
         )
-        for record in records
+        for level in levels
         for sample in range(config.samples)
     ]
     live = list(episodes)
@@ -269,9 +270,9 @@ class LevelPlayer(Protocol):
     """
 
     def play_levels(
-        self, env_id: str, records: Sequence[dict[str, Any]], config: LeaderboardConfig
+        self, env_id: str, levels: Sequence[EvalLevel], config: LeaderboardConfig
     ) -> list[EpisodeResult]:
-        """Every (level, sample) of ``records``, in that order (level-major)."""
+        """Every (level, sample) of ``levels``, in that order (level-major)."""
         ...
 
 
@@ -284,21 +285,21 @@ def evaluate(
     probe.close()
     if not supported:
         return None
-    all_records = load_eval_set(env_id)
-    records = all_records[: config.limit] if config.limit else all_records
+    eval_set_size = len(eval_set_levels(env_id))
+    levels = eval_set_levels(env_id, config.limit)
     agent.prepare(env_id)
     start = time.perf_counter()
     if isinstance(agent, LevelPlayer):
-        episodes = agent.play_levels(env_id, records, config)
+        episodes = agent.play_levels(env_id, levels, config)
         if advance is not None:
             advance(len(episodes))
     else:
-        episodes = play(agent, env_id, records, config, advance)
+        episodes = play(agent, env_id, levels, config, advance)
     row: dict[str, Any] = {
         "agent": agent.name,
         "env_id": env_id,
-        "levels": len(records),
-        "eval_set_size": len(all_records),
+        "levels": len(levels),
+        "eval_set_size": eval_set_size,
         "samples": config.samples,
         "seed": config.seed,
         "max_turns": config.max_turns,
@@ -361,8 +362,7 @@ def run(config: LeaderboardConfig) -> dict[str, Any]:
 def _task(progress: Any, agent_name: str, env_id: str, config: LeaderboardConfig) -> Any:
     if progress is None:
         return None
-    size = len(load_eval_set(env_id))
-    total = (min(size, config.limit) if config.limit else size) * config.samples
+    total = len(eval_set_levels(env_id, config.limit)) * config.samples
     task = progress.add_task(f"{agent_name} on {env_id}", total=total)
     return lambda count: progress.advance(task, count)
 

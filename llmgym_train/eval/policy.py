@@ -27,12 +27,12 @@ from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, load_conf
 from llmgym_train.data import Trajectory
 from llmgym_train.episode import EpisodeStart
 from llmgym_train.eval.agents import AgentOptions, Reply, Turn
-from llmgym_train.eval.leaderboard import EpisodeResult, LeaderboardConfig, level_difficulty
+from llmgym_train.eval.leaderboard import EpisodeResult, LeaderboardConfig
 from llmgym_train.eval.results import portable_path
 from llmgym_train.generation.base import Generator, SamplingSpec
 from llmgym_train.metrics import episode_metrics
 from llmgym_train.envs import EnvPool
-from llmgym_train.planner import plan_eval
+from llmgym_train.planner import EvalLevel, plan_eval
 from llmgym_train.rollout import rollout as run_rollout
 
 if TYPE_CHECKING:
@@ -205,8 +205,11 @@ class RunAgent:
         self.settings: dict[str, Any] = dict(self._base_settings)
 
     @classmethod
-    def from_run(cls, run: str | Path, options: AgentOptions, name: str | None = None) -> RunAgent:
+    def from_run(cls, run: str | Path, options: AgentOptions, name: str | None = None, base: bool = False) -> RunAgent:
         """Load the run folder's config and model (``options.backend``: ``vllm`` or ``hf``) and play as it was trained.
+
+        ``base``: play the model the run started from (its config's ``model``) instead of its
+        ``model/``, with the same settings: the run's before-training row.
 
         The leaderboard's sampling options other than temperature and top_p (``--max-tokens``,
         ``--history``, ``--max-model-len``) are for chat models and do not apply: the run's own do.
@@ -221,12 +224,13 @@ class RunAgent:
         settings = replace(
             PlaySettings.of_run(config.rollout, config.eval), temperature=sampling.temperature, top_p=sampling.top_p
         )
-        folder = resolve_model(str(run))
+        folder = resolve_model(config.model if base else str(run))
         generator = make_generator(
             options.backend, folder, max_model_len=settings.max_model_len, seed=options.seed  # type: ignore[arg-type]
         )
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        extra = {"model": str(folder), "backend": options.backend, "seed": options.seed}
+        extra = {"model": str(folder), "backend": options.backend, "seed": options.seed,
+                 "weights": "the run's starting model" if base else "the run's last checkpoint"}
         return cls(run, generator, tokenizer, config, settings, name, extra)
 
     def env_spec(self, env_id: str, max_turns: int | None = None) -> EnvSpec:
@@ -253,26 +257,26 @@ class RunAgent:
         )
 
     def play_levels(
-        self, env_id: str, records: Sequence[dict[str, Any]], config: LeaderboardConfig
+        self, env_id: str, levels: Sequence[EvalLevel], config: LeaderboardConfig
     ) -> list[EpisodeResult]:
-        """Every (level, sample) of ``records`` (the first eval-set levels), through :func:`evaluate_policy`.
+        """Every (level, sample) of ``levels`` (the first eval-set levels), through :func:`evaluate_policy`.
 
         Each episode resets with its level's eval-set seed and plays the level itself, as in the
         trainer's evaluation; samples of a level differ only when the leaderboard samples.
         """
         spec = self.env_spec(env_id, config.max_turns)
-        plan = plan_eval([spec], len(records), samples=config.samples)
+        plan = plan_eval([spec], len(levels), samples=config.samples)
         starts, labels = plan.starts, plan.labels
-        levels = [start.reset_options for start in starts[:: config.samples]]
-        if levels != [{"level": record["level"]} for record in records]:
+        planned = [(start.seed, start.reset_options) for start in starts[:: config.samples]]
+        if planned != [(level.seed, level.options) for level in levels]:
             raise InvalidOptionError(
-                f"The leaderboard's levels of {env_id} are not the first {len(records)} of its eval set; a run row "
+                f"The leaderboard's levels of {env_id} are not the first {len(levels)} of its eval set; a run row "
                 "plays the eval set's levels in order (use --limit, not a reordered eval set)."
             )
         seed = config.seed if self.play_settings.temperature > 0 else None
         evaluation = evaluate_policy(self.generator, self.chat, self.play_settings, starts, labels, sampling_seed=seed)
         return [
-            episode_result(trajectory, records[index // config.samples], index % config.samples)
+            episode_result(trajectory, levels[index // config.samples], index % config.samples)
             for index, trajectory in enumerate(evaluation.trajectories)
         ]
 
@@ -280,7 +284,7 @@ class RunAgent:
         self.generator.close()
 
 
-def episode_result(trajectory: Trajectory, record: dict[str, Any], sample: int) -> EpisodeResult:
+def episode_result(trajectory: Trajectory, level: EvalLevel, sample: int) -> EpisodeResult:
     """The leaderboard's record of one played level: the same figures as its other rows, plus the texts played.
 
     A turn's prompt tokens are the context the model saw for it (the latest observation's
@@ -289,9 +293,9 @@ def episode_result(trajectory: Trajectory, record: dict[str, Any], sample: int) 
     turns = trajectory.turns
     start = (lambda turn: turn.observation_start) if trajectory.fresh_contexts else (lambda turn: 0)
     return EpisodeResult(
-        level_index=int(record["index"]),
+        level_index=level.index,
         sample=sample,
-        env_seed=int(trajectory.seed if trajectory.seed is not None else record["seed"]),
+        env_seed=int(trajectory.seed if trajectory.seed is not None else level.seed),
         success=trajectory.success,
         episode_return=trajectory.episode_return,
         turns=len(turns),
@@ -299,8 +303,8 @@ def episode_result(trajectory: Trajectory, record: dict[str, Any], sample: int) 
         prompt_tokens=sum(turn.start - start(turn) for turn in turns),
         completion_tokens=sum(turn.end - turn.start for turn in turns),
         truncated=trajectory.end_reason != "terminated",
-        optimal_steps=record.get("optimal_steps"),
-        difficulty=level_difficulty(record),
+        optimal_steps=level.optimal_steps,
+        difficulty=level.difficulty,
         actions=[message["content"] for message in trajectory.messages if message["role"] == "assistant"],
     )
 

@@ -1,0 +1,142 @@
+"""The rollout benchmark's references play what llmgym's rollout plays: the same requests, tokens, episodes.
+
+``benchmarks/rollout_throughput.py`` divides llmgym's tokens/s by the turn-synchronous
+pattern's and by the engine-only replay's; the figures compare like with like only if, for
+the same plan and seeds, the turn-synchronous loop plays the very same episodes and the replay
+asks the engine for the very same prompts and token counts. The tiny model samples each
+request from its own seed (hf backend), so the same seeds give the same tokens in any batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from benchmarks.rollout_patterns import GeneratorReplay, replay, replay_plan, turn_synchronous_rollout
+from benchmarks.rollout_throughput import PATTERNS, round_orders, summarize
+from llmgym_train.agents import AgentConfig
+from llmgym_train.chat import ChatTokens
+from llmgym_train.data import Trajectory
+from llmgym_train.envs import EnvPool
+from llmgym_train.generation import Completion, SamplingSpec
+from llmgym_train.generation.hf_backend import HfGenerator
+from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.rollout import RolloutResult, rollout
+
+#: Two envs, groups of two: FrozenLake for up to 3 turns, Sokoban for up to 2.
+MIXTURE = [EnvMix("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvMix("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
+CONFIG = AgentConfig(sampling=SamplingSpec(max_tokens=8, temperature=1.0), max_turns=3,
+                     max_context_tokens=1024, sampling_seed=11)
+
+
+class RecordingGenerator:
+    """A generator that passes every call on and keeps each batch's prompts and completions."""
+
+    def __init__(self, generator: HfGenerator) -> None:
+        self.generator = generator
+        self.eos_token_ids = generator.eos_token_ids
+        self.max_model_len = generator.max_model_len
+        self.batches: list[list[tuple[list[int], Completion]]] = []
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Any) -> list[Completion]:
+        completions = self.generator.generate(prompts, sampling)
+        self.batches.append([(list(prompt), completion) for prompt, completion in zip(prompts, completions)])
+        return completions
+
+    def prompts(self) -> list[list[int]]:
+        return [prompt for batch in self.batches for prompt, _ in batch]
+
+
+class ScriptedReplay:
+    """A replay engine that answers each request with the tokens the rollout generated for that turn."""
+
+    def __init__(self, trajectories: Sequence[Trajectory]) -> None:
+        self.trajectories = trajectories
+        self.prompts: list[list[int]] = []
+        self._finished: list[tuple[str, tuple[int, ...]]] = []
+
+    def submit(self, request_id: str, prompt: Sequence[int], length: int) -> None:
+        episode, turn = (int(part) for part in request_id.split(":"))
+        played = self.trajectories[episode].turns[turn]
+        self.prompts.append(list(prompt))
+        generated = self.trajectories[episode].token_ids[played.start : played.end]
+        self._finished.append((request_id, tuple(generated)))
+
+    def poll(self) -> list[tuple[str, tuple[int, ...]]]:
+        finished, self._finished = self._finished, []
+        return finished
+
+
+def llmgym_rollout(generator: RecordingGenerator, chat: ChatTokens, pool: EnvPool) -> RolloutResult:
+    return rollout(generator, chat, group_episodes(MIXTURE, group_size=2, seed=7), config=CONFIG, env_pool=pool)
+
+
+def view(trajectory: Trajectory) -> tuple[Any, ...]:
+    """Everything of an episode that its training data and its metrics read."""
+    turns = [(t.start, t.end, t.reward, t.action_is_valid, t.finish_reason) for t in trajectory.turns]
+    return (trajectory.token_ids, trajectory.loss_mask, turns, trajectory.end_reason, trajectory.success,
+            trajectory.seed, trajectory.env_id)
+
+
+def test_the_turn_synchronous_loop_plays_the_rollouts_episodes_one_batch_a_turn(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
+    chat, pool = ChatTokens(char_tokenizer), EnvPool("inline")
+    try:
+        ours = llmgym_rollout(RecordingGenerator(HfGenerator(random_tiny_model, tokenizer=char_tokenizer)), chat,
+                              pool)
+        generator = RecordingGenerator(HfGenerator(random_tiny_model, tokenizer=char_tokenizer))
+        episodes = group_episodes(MIXTURE, group_size=2, seed=7)
+        theirs = turn_synchronous_rollout(generator, chat, episodes, config=CONFIG, env_pool=pool)
+    finally:
+        pool.close()
+    assert [view(t) for t in theirs.trajectories] == [view(t) for t in ours.trajectories]
+    assert theirs.metrics["tokens/generated"] == ours.metrics["tokens/generated"] > 0
+    turns = [len(t.turns) for t in ours.trajectories]
+    assert len(set(turns)) > 1, "episodes of different lengths, so the live batch shrinks"
+    live_per_turn = [sum(count > turn for count in turns) for turn in range(max(turns))]
+    assert [len(batch) for batch in generator.batches] == live_per_turn, "one generate call a turn, all live"
+
+
+def test_the_replay_asks_for_the_rollouts_prompts_and_token_counts(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
+    chat, pool = ChatTokens(char_tokenizer), EnvPool("inline")
+    generator = RecordingGenerator(HfGenerator(random_tiny_model, tokenizer=char_tokenizer))
+    try:
+        ours = llmgym_rollout(generator, chat, pool)
+    finally:
+        pool.close()
+    plan = replay_plan(ours.trajectories)
+    turns = sum(len(t.turns) for t in ours.trajectories)
+    # Answered with the rollout's own tokens, the replay asks exactly what the rollout asked.
+    scripted = ScriptedReplay(ours.trajectories)
+    played = replay(scripted, plan)
+    assert sorted(scripted.prompts) == sorted(generator.prompts())
+    assert played.requests == turns and played.generated_tokens == ours.metrics["tokens/generated"]
+    # Answered by the model, every turn still generates exactly its recorded number of tokens.
+    model = HfGenerator(random_tiny_model, tokenizer=char_tokenizer)
+    engine = GeneratorReplay(model, CONFIG.sampling, len(char_tokenizer))
+    played = replay(engine, plan)
+    assert played.requests == turns and played.generated_tokens == ours.metrics["tokens/generated"]
+    assert played.episodes == len(ours.trajectories)
+
+
+def test_rounds_rotate_the_order_and_ratios_are_taken_within_a_round() -> None:
+    orders = round_orders(3)
+    assert orders[0][0] == "llmgym", "the first pass records what the replay replays"
+    for place in range(len(PATTERNS)):
+        assert sorted(order[place] for order in orders) == sorted(PATTERNS)
+    rounds = [
+        {"llmgym": {"tokens_per_s": 120.0, "episodes_per_s": 1.0}, "turn_synchronous": {"tokens_per_s": 100.0,
+         "episodes_per_s": 0.8}, "replay": {"tokens_per_s": 150.0, "episodes_per_s": 1.2}},
+        {"llmgym": {"tokens_per_s": 60.0, "episodes_per_s": 0.5}, "turn_synchronous": {"tokens_per_s": 40.0,
+         "episodes_per_s": 0.4}, "replay": {"tokens_per_s": 60.0, "episodes_per_s": 0.5}},
+    ]
+    summary = summarize(rounds)
+    assert summary["ratio_vs_turn_synchronous"]["runs"] == [1.2, 1.5]
+    assert summary["ratio_vs_turn_synchronous"]["median"] == pytest.approx(1.35)
+    assert summary["ratio_vs_replay"]["min"] == pytest.approx(0.8) and summary["ratio_vs_replay"]["max"] == 1.0
+    assert summary["llmgym"]["tokens_per_s"]["median"] == 90.0
