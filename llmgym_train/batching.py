@@ -39,6 +39,9 @@ class Batch:
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    #: The sampler's logprobs when they differ from ``old_logprobs`` (asynchronous training: the
+    #: tokens' policy versions; ``old_logprobs`` then hold the proximal policy's); ``None``: on-policy.
+    behaviour_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -30,6 +30,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, UnknownOptionError, did_you_mean
 from llmgym_train.algorithms.losses import KLEstimator, LossAggregation
+from llmgym_train.algorithms.off_policy import ImportanceLevel
 
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
@@ -38,6 +39,10 @@ Credit = Literal["episode", "gigpo", "tree"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 LRSchedule = Literal["constant", "linear", "cosine"]
+#: ``sync``: generate, then update, then sync weights; ``async``: engines generate while the trainer updates.
+TrainerMode = Literal["sync", "async"]
+#: Where the vLLM engine runs: in the trainer's process, or in a process of its own.
+VllmProcess = Literal["in_process", "own_process"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 #: How new weights reach Ray rollout engines.
 TransportName = Literal["object_store", "nccl"]
@@ -215,6 +220,10 @@ class RolloutConfig:
     choices: list[str] = field(default_factory=list)
     #: Tree rollouts: branch turns, branches per branch point, episodes per group.
     tree: TreeConfig = field(default_factory=TreeConfig)
+    #: The vllm backend's engine: ``in_process`` (weights copied in place, no serialization) or
+    #: ``own_process`` (vLLM's engine core in a process of its own, which can be given its own
+    #: cores; weights reach it through a safetensors file in shared memory).
+    vllm_process: VllmProcess = "in_process"
 
     @property
     def episodes_per_group(self) -> int:
@@ -224,6 +233,7 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         _check_choice("rollout", "backend", self.backend, Backend)
         _check_choice("rollout", "layout", self.layout, Layout)
+        _check_choice("rollout", "vllm_process", self.vllm_process, VllmProcess)
         _check_range("rollout", "group_size", self.group_size, 1)
         _check_range("rollout", "max_new_tokens", self.max_new_tokens, 1)
         _check_range("rollout", "max_model_len", self.max_model_len, 16)
@@ -359,11 +369,18 @@ class LossConfig:
     step_gamma: float = 0.95
     #: ``tree``: weight of the episode-level group advantage added to each branch's tree advantage.
     tree_episode_weight: float = 0.0
+    #: ``trainer.mode=async``: truncation of the behaviour weight ``min(pi_prox / mu, cap)`` of the
+    #: decoupled PPO objective (``mu``: the policy versions that sampled the tokens).
+    behaviour_cap: float = 2.0
+    #: ``trainer.mode=async``: that weight per ``token``, or one per ``sequence`` (the product of its tokens' ratios).
+    importance_level: ImportanceLevel = "token"
 
     def __post_init__(self) -> None:
         _check_choice("loss", "aggregation", self.aggregation, LossAggregation)
         _check_choice("loss", "kl_estimator", self.kl_estimator, KLEstimator)
         _check_choice("loss", "credit", self.credit, Credit)
+        _check_choice("loss", "importance_level", self.importance_level, ImportanceLevel)
+        _check_range("loss", "behaviour_cap", self.behaviour_cap, 0.0, low_open=True)
         _check_range("loss", "step_weight", self.step_weight, 0.0)
         _check_range("loss", "step_gamma", self.step_gamma, 0.0, 1.0)
         _check_range("loss", "tree_episode_weight", self.tree_episode_weight, 0.0)
@@ -375,6 +392,38 @@ class LossConfig:
         _check_range("loss", "value_coef", self.value_coef, 0.0)
         _check_range("loss", "value_clip", self.value_clip, 0.0)
         _check_range("loss", "group_keep_fraction", self.group_keep_fraction, 0.0, 1.0, low_open=True)
+
+
+@dataclass
+class TrainerConfig:
+    """How generation and updates share the run's time (see ``llmgym_train/async_loop.py``).
+
+    ``async`` keeps the engines generating while the trainer updates: every generated token
+    records the policy version that sampled it, weights reach the engines between decode steps
+    (episodes in flight go on under the new version), and no trained token lags the policy its
+    update starts from by more than ``max_staleness`` versions. Stale samples are trained with
+    the decoupled PPO objective (``loss.behaviour_cap``), never dropped.
+    """
+
+    #: ``sync``: each step generates, then updates, then syncs weights (the engines idle during
+    #: the update, the trainer during generation). ``async``: both run at once.
+    mode: TrainerMode = "sync"
+    #: ``async``: policy versions a trained token may lag the policy its update starts from. 0 is
+    #: on-policy (no overlap: the same as ``sync``); 1 lets the next batch generate during an
+    #: update; more absorbs slow batches at the price of more off-policy samples.
+    max_staleness: int = 1
+
+    def __post_init__(self) -> None:
+        _check_choice("trainer", "mode", self.mode, TrainerMode)
+        if isinstance(self.max_staleness, bool) or self.max_staleness < 0:
+            raise InvalidOptionError(
+                f"trainer.max_staleness counts policy versions, so it must be an integer >= 0 (0: on-policy, "
+                f"1: the next batch generates during an update); got {self.max_staleness!r}."
+            )
+
+    @property
+    def is_async(self) -> bool:
+        return self.mode == "async"
 
 
 @dataclass
@@ -541,6 +590,8 @@ class TrainConfig:
     model_options: ModelConfig = field(default_factory=ModelConfig)
     #: Ray scale-out: cluster address, env workers, rollout engines and their resources.
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    #: Synchronous or asynchronous training, and the staleness bound of the latter.
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def __post_init__(self) -> None:
         _check_choice("config", "algo", self.algo, Algorithm)
@@ -576,6 +627,7 @@ class TrainConfig:
                 "Set algo=grpo rollout.layout=turn, or loss.credit=episode."
             )
         self._check_tree_credit()
+        self._check_async()
         if self.rollout.agent == "markov" and self.rollout.layout != "turn":
             raise InvalidOptionError(
                 "rollout.agent=markov gives every turn a fresh context, so a whole-episode sample is not what the "
@@ -609,6 +661,17 @@ class TrainConfig:
             raise InvalidOptionError(
                 "loss.credit=tree needs tree rollouts, and rollout.tree.branch_turns is empty. Set e.g. "
                 "rollout.tree.branch_turns=[0,2] rollout.tree.branches=2, or loss.credit=episode / gigpo."
+            )
+
+    def _check_async(self) -> None:
+        """What asynchronous training cannot do yet, refused with the way out."""
+        if not self.trainer.is_async:
+            return
+        if self.rollout.tree.enabled:
+            raise InvalidOptionError(
+                "trainer.mode=async starts episodes one batch at a time as the staleness gate opens; tree "
+                "rollouts branch episodes out of others mid-rollout, which that bookkeeping does not follow yet. "
+                "Set trainer.mode=sync, or drop rollout.tree.branch_turns."
             )
 
     @property

@@ -292,8 +292,14 @@ class EnvPool:
         """Ray env actors when the config puts envs on a cluster, else threads in this process."""
         return cls(**distributed.vector_env_options())
 
-    def episodes(self, starts: Sequence[EpisodeStart], timer: EnvTimer) -> tuple[list[EpisodeEnv], list[VectorEpisodes]]:
-        """One handle per episode, in order, and the coordinators that serve them (one per vector env)."""
+    def episodes(
+        self, starts: Sequence[EpisodeStart], timer: EnvTimer, slot: str = ""
+    ) -> tuple[list[EpisodeEnv], list[VectorEpisodes]]:
+        """One handle per episode, in order, and the coordinators that serve them (one per vector env).
+
+        ``slot``: rollouts that run at the same time (asynchronous training plays several
+        batches at once) each name a slot of their own, so they never share a vector env.
+        """
         parts: dict[str, list[int]] = {}
         for position, start in enumerate(starts):
             parts.setdefault(_kind_key(start), []).append(position)
@@ -301,15 +307,15 @@ class EnvPool:
         coordinators = []
         for positions in parts.values():
             first = starts[positions[0]]
-            venv = self._vector_env(first.env_id, first.env_kwargs, len(positions))
+            venv = self._vector_env(first.env_id, first.env_kwargs, len(positions), slot)
             coordinator = VectorEpisodes(venv, [starts[position] for position in positions], timer)
             coordinators.append(coordinator)
             for index, position in enumerate(positions):
                 handles[position] = coordinator.env(index)
         return [handle for handle in handles if handle is not None], coordinators
 
-    def _vector_env(self, env_id: str, env_kwargs: dict[str, Any], count: int) -> TextVectorEnv:
-        key = json.dumps([env_id, env_kwargs, count], sort_keys=True, default=repr)
+    def _vector_env(self, env_id: str, env_kwargs: dict[str, Any], count: int, slot: str = "") -> TextVectorEnv:
+        key = json.dumps([env_id, env_kwargs, count] + ([slot] if slot else []), sort_keys=True, default=repr)
         venv = self._venvs.get(key)
         if venv is None or venv.closed:
             workers = None if self.num_workers is None or self.backend == "inline" else min(self.num_workers, count)

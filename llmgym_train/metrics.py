@@ -128,6 +128,7 @@ class RunLog:
             after that checkpoint by the interrupted process) are dropped, and the TensorBoard
             events are written again from the kept ones, so no step appears twice in either.
             ``None``: a new run, whose metrics replace any earlier run's in ``output``.
+        mode: how the run trains, shown on the progress line (``sync``; ``async, max staleness 1``).
     """
 
     def __init__(
@@ -139,6 +140,7 @@ class RunLog:
         start_step: int = 0,
         max_minutes: float = 0.0,
         keep_records: int | None = None,
+        mode: str = "",
     ) -> None:
         self.output = output
         path = output / METRICS_FILE
@@ -173,6 +175,7 @@ class RunLog:
         self._budget = 60 * max_minutes
         self._budget_start: float | None = None
         self._train_success: float | None = None
+        self._mode = mode
 
     def log(self, step: int, kind: str, values: dict[str, Any]) -> None:
         """Record ``values`` (``kind`` is ``train`` or ``eval``) at ``step`` in every sink."""
@@ -201,19 +204,31 @@ class RunLog:
         if self._progress is not None:
             self._progress.update(self._task, status=text)
 
-    def advance(self, step: int, train_success: float | None, eval_success: float | None) -> None:
-        """Move the progress line to ``step``: train success, last eval success, time left of the budget."""
+    def advance(
+        self, step: int, train_success: float | None, eval_success: float | None, staleness: float | None = None
+    ) -> None:
+        """Move the progress line to ``step``: the mode, train success, last eval success, the step's staleness, time left."""
         if self._progress is None:
             return
-        train = "-" if train_success is None else f"{train_success:.0%}"
-        last_eval = "-" if eval_success is None else f"{eval_success:.0%}"
-        text = f"step {step}/{self._total_steps}  train success {train}  last eval {last_eval}"
+        text = self.progress_text(step, train_success, eval_success, staleness)
         if self._budget and self._budget_start is not None:
             used = time.monotonic() - self._budget_start
             text += f"  {max(self._budget - used, 0) / 60:.1f} min left"
             self._progress.update(self._task, completed=min(used, self._budget), status=text)
         else:
             self._progress.update(self._task, completed=step, status=text)
+
+    def progress_text(
+        self, step: int, train_success: float | None, eval_success: float | None, staleness: float | None = None
+    ) -> str:
+        """The progress line's text: ``step 3/10 [async, max staleness 1] train success 40% last eval - staleness 1``."""
+        train = "-" if train_success is None else f"{train_success:.0%}"
+        last_eval = "-" if eval_success is None else f"{eval_success:.0%}"
+        mode = f" [{self._mode}]" if self._mode else ""
+        text = f"step {step}/{self._total_steps}{mode}  train success {train}  last eval {last_eval}"
+        if staleness is not None:
+            text += f"  staleness {staleness:.0f}"
+        return text
 
     def plot(self) -> Path:
         """Write the learning curve (train reward/success per step, eval success) to a PNG."""

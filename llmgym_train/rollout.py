@@ -15,6 +15,8 @@ event-loop tick go out as one masked ``astep`` / ``areset``. Which episodes to p
 seeds, mixtures, eval levels) is the planner's business (:mod:`llmgym_train.planner`).
 
 Entry points: :func:`rollout` (blocking) and :func:`arollout` (in a running event loop).
+:class:`EpisodeStream` is the same loop kept open for episodes that join while it runs (the
+asynchronous trainer's producer, :mod:`llmgym_train.async_loop`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,13 +146,124 @@ async def arollout(
 
 
 def _episode_envs(
-    episodes: Sequence[EpisodeStart], pool: EnvPool | None, local: bool, timer: EnvTimer
+    episodes: Sequence[EpisodeStart], pool: EnvPool | None, local: bool, timer: EnvTimer, slot: str = ""
 ) -> tuple[list[Any], list[VectorEpisodes]]:
     """Each episode's env handle, in order: a sub-env of the pool's vector envs, or (``local``) an env object here."""
     if local or pool is None:  # the agent reaches into the env object: one gymnasium env per episode
         return [AsyncEnv(gym.make(episode.env_id, **episode.env_kwargs), timer) for episode in episodes], []
-    handles, coordinators = pool.episodes(episodes, timer)
+    handles, coordinators = pool.episodes(episodes, timer, slot)
     return list(handles), coordinators
+
+
+class EpisodeStream:
+    """A rollout that episodes join while it runs: one inference loop, open until :meth:`close`.
+
+    :func:`arollout` plays a fixed list of episodes and its loop ends with the last one. Here
+    the same loop (continuous batching on a streaming generator, batches on a batch-only one)
+    serves every episode :meth:`play` has started so far, so episodes of several training
+    batches and evaluation episodes share the engine's running batch. Build, use and close it
+    in one running event loop; code of that loop may change the generator's weights between
+    two engine calls (the loop calls the engine synchronously, so no call is in progress then).
+
+    Arguments:
+        agent: the registered agent that plays episodes unless :meth:`play` names another.
+        env_pool: the vector envs to play on; ``None``: a pool of this stream's own (closed with it).
+    """
+
+    def __init__(
+        self,
+        generator: Generator,
+        chat: ChatTokens,
+        *,
+        agent: str = "chain",
+        env_pool: EnvPool | None = None,
+        max_batch_wait: float = 0.05,
+    ) -> None:
+        self.generator, self.chat, self.agent = generator, chat, agent
+        self._own_pool = env_pool is None
+        self.env_pool = EnvPool() if env_pool is None else env_pool
+        self.env_timer, self.timing = EnvTimer(), _Timing()
+        self._obs_queue: asyncio.Queue[GenerationRequest | None] = asyncio.Queue()
+        self._act_queues: dict[int, asyncio.Queue[Completion]] = {}
+        self._live = {"agents": 1}  # the stream itself holds the loop open until close()
+        #: The inference loop; it fails if the engine fails (await it or check ``done()``).
+        self.server = asyncio.create_task(
+            _serve(generator, self._obs_queue, self._act_queues, self._live, self.timing, max_batch_wait)
+        )
+
+    @property
+    def generation_seconds(self) -> float:
+        """Seconds spent inside the generator so far."""
+        return self.timing.generation
+
+    async def play(
+        self,
+        starts: Sequence[EpisodeStart],
+        config: AgentConfig,
+        *,
+        slot: str = "",
+        agent: str | None = None,
+        on_episode: Callable[[EpisodeStart, Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Play ``starts`` to their ends; their trajectories in order.
+
+        Arguments:
+            starts: episodes whose ``episode_index`` no episode in flight has (it routes completions).
+            slot: the env pool slot of these episodes (see :meth:`EnvPool.episodes`).
+            on_episode: called with each episode's start and trajectory as soon as that episode ends.
+        """
+        agent_cls = get_agent(agent or self.agent)
+        taken = [start.episode_index for start in starts if start.episode_index in self._act_queues]
+        if taken or len({start.episode_index for start in starts}) != len(starts):
+            raise ValueError(f"Episode indices must be unique among episodes in flight; {taken or 'repeated'} are not.")
+        envs, coordinators = _episode_envs(starts, self.env_pool, agent_cls.needs_local_env, self.env_timer, slot)
+        tasks = [asyncio.create_task(self._play_one(agent_cls(self.chat, config), start, env, on_episode))
+                 for start, env in zip(starts, envs, strict=True)]
+        try:
+            await _wait_all(tasks)
+            return [task.result() for task in tasks]
+        except BaseException:  # failed or cancelled: its episodes stop too
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            for coordinator in coordinators:
+                await coordinator.settle()
+            for env in envs:
+                env.close()
+
+    async def _play_one(
+        self, player: Any, start: EpisodeStart, env: Any,
+        on_episode: Callable[[EpisodeStart, Trajectory], None] | None,
+    ) -> Trajectory:
+        act_queue: asyncio.Queue[Completion] = asyncio.Queue()
+        self._act_queues[start.episode_index] = act_queue
+        self._live["agents"] += 1
+        try:
+            trajectory = await player.collect_trajectory(start, env, self._obs_queue, act_queue)
+        finally:
+            self._live["agents"] -= 1
+            del self._act_queues[start.episode_index]
+            self._obs_queue.put_nowait(None)  # wakes the loop to re-check how many agents are live
+        if on_episode is not None:
+            on_episode(start, trajectory)
+        return trajectory
+
+    async def close(self, abort: bool = False) -> None:
+        """Let the loop end once no episode is left; re-raises the loop's failure, if any.
+
+        ``abort``: stop at once, dropping the engine's requests in flight (their episodes were cancelled).
+        """
+        self._live["agents"] -= 1
+        self._obs_queue.put_nowait(None)
+        if abort:
+            self.server.cancel()
+        try:
+            await asyncio.gather(self.server, return_exceptions=abort)
+        finally:
+            if self._own_pool:
+                self.env_pool.close()
 
 
 async def _wait_all(tasks: list[asyncio.Task[Any]]) -> None:
@@ -215,7 +328,7 @@ async def _stream(
         timing.generation += time.perf_counter() - start
         timing.generation_calls += 1
         for request_id, completion in finished:
-            act_queues[owners.pop(request_id)].put_nowait(completion)
+            _deliver(act_queues, owners.pop(request_id), completion)
         await asyncio.sleep(0)  # let woken agents run up to their next await
 
 
@@ -259,7 +372,14 @@ async def _serve_batches(
         timing.generation += time.perf_counter() - start
         timing.generation_calls += 1
         for request, completion in zip(batch, completions, strict=True):
-            act_queues[request.agent_id].put_nowait(completion)
+            _deliver(act_queues, request.agent_id, completion)
+
+
+def _deliver(act_queues: dict[int, asyncio.Queue[Completion]], agent_id: int, completion: Completion) -> None:
+    """Hand ``completion`` to its agent; an agent that is gone (its episode was cancelled) gets nothing."""
+    queue = act_queues.get(agent_id)
+    if queue is not None:
+        queue.put_nowait(completion)
 
 
 def rollout_metrics(

@@ -10,6 +10,12 @@ Reproducibility: level seeds, sampling seeds and minibatch orders are all derive
 ``(config.seed, step)`` by the episode planner (:mod:`llmgym_train.planner`), so a run resumed from a checkpoint at step ``k`` continues exactly
 as the uninterrupted run would (the checkpoint also holds the optimizer and torch's RNG).
 
+With ``trainer.mode=async`` the episodes come from a producer that keeps the engines
+generating while this loop updates (:mod:`llmgym_train.async_loop`): a step takes its batch
+once all of it has ended, trains it with the decoupled PPO objective (the tokens' sampling
+versions are the behaviour policy, the weights at the update's start the proximal one), and
+publishes the new weights without waiting for the engines to take them.
+
 A run folder holds ``config.yaml``, ``checkpoint.pt`` (what resuming needs), ``model/`` (the
 policy as a Hugging Face folder with its tokenizer, LoRA merged: what ``llmgym-bench
 --agents checkpoint:<run>`` and ``--model <run>`` load), ``metrics.jsonl`` and TensorBoard
@@ -35,6 +41,7 @@ import torch
 
 from llmgym.error import InvalidOptionError
 from llmgym_train.agents import AgentConfig
+from llmgym_train.async_loop import AsyncRollouts, staleness_metrics
 from llmgym_train.algorithms import group_variance_keep, void_turn_keep, with_advantages
 from llmgym_train.batching import Batch, collate
 from llmgym_train.chat import ChatTokens
@@ -49,6 +56,7 @@ from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
 from llmgym_train.planner import plan_eval, plan_groups, sampling_seed, update_seed
 from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
+from llmgym_train.staleness import StalenessController
 from llmgym_train.tree import played_work, tree_samples
 from llmgym_train.update import normalizer, run_epochs, scheduled_lr, score_batch, with_signal
 
@@ -135,20 +143,24 @@ class Trainer:
         #: False from a step's first weight update until its metrics are logged: a checkpoint
         #: written then would hold half a step.
         self._consistent = True
+        #: Seconds the engines spent generating and loading weights (sync; async counts in its producer),
+        #: and (time, that count) at the end of the last step: the idle shares of a step come from both.
+        self._engine_seconds, self._step_clock = 0.0, (time.perf_counter(), 0.0)
+        #: ``trainer.mode=async``: a checkpoint's staleness state and ended, untrained episodes.
+        self._async_state: dict[str, Any] | None = None
         if checkpoint is not None:
             self._restore(checkpoint)
         else:
             torch.manual_seed(config.seed)
         #: The vector envs every rollout of the run steps (Ray env actors when ``distributed`` says so).
         self.env_pool: EnvPool | None = EnvPool.from_config(config.distributed)
-        try:
-            self.generator = self._make_generator()
-        except BaseException:
-            self.env_pool.close()
-            raise
+        #: The engines, and (``trainer.mode=async``) the producer that keeps them generating while this
+        #: process updates (started by ``train``).
+        self.generator, self.rollouts = self._make_engines()
         self.log = RunLog(
             self.output, config.steps, progress=config.progress, start_step=self.step, max_minutes=config.max_minutes,
             keep_records=None if checkpoint is None else _records_covered(checkpoint, self.output),
+            mode=f"async, max staleness {config.trainer.max_staleness}" if config.trainer.is_async else "sync",
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -160,6 +172,8 @@ class Trainer:
 
     def close(self) -> None:
         self.log.close()
+        if self.rollouts is not None:
+            self.rollouts.close()
         if self.generator is not None:
             self.generator.close()
             self.generator = None
@@ -167,8 +181,20 @@ class Trainer:
             self.env_pool.close()
             self.env_pool = None
 
+    def _make_engines(self) -> tuple[Any, AsyncRollouts | None]:
+        self.generator: Any = None
+        try:
+            self.generator = self._make_generator()
+            return self.generator, self._make_rollouts() if self.config.trainer.is_async else None
+        except BaseException:
+            if self.generator is not None:
+                self.generator.close()
+            assert self.env_pool is not None
+            self.env_pool.close()
+            raise
+
     def _make_generator(self) -> Any:
-        rollout = self.config.rollout
+        rollout, is_async = self.config.rollout, self.config.trainer.is_async
         if self.config.distributed.enabled:  # Ray actors, synced now and after each update
             from llmgym_train.generation.ray_engines import RolloutEngines
 
@@ -176,15 +202,42 @@ class Trainer:
                                                  max_model_len=rollout.max_model_len, seed=self.config.seed)
             engines.update_weights(self.policy.export_weights())
             return engines
-        if rollout.backend == "hf":
+        if rollout.backend == "hf" and not is_async:
             from llmgym_train.generation.hf_backend import HfGenerator
 
             # The policy itself generates: no copy, no weight sync.
             return HfGenerator(self.policy.model, tokenizer=self.policy.tokenizer, max_model_len=rollout.max_model_len)
-        generator = make_generator("vllm", self.model_folder, max_model_len=rollout.max_model_len, seed=self.config.seed)
-        if self.step > 0 or self.policy.is_lora:
+        # Asynchronous training generates while the policy trains: the engine holds a copy (published at start).
+        generator = make_generator(
+            rollout.backend, self.model_folder, max_model_len=rollout.max_model_len, seed=self.config.seed,
+            own_process=rollout.backend == "vllm" and rollout.vllm_process == "own_process",
+        )
+        if not is_async and (self.step > 0 or self.policy.is_lora):
             generator.update_weights(self.policy.export_weights())
         return generator
+
+    def _make_rollouts(self) -> AsyncRollouts:
+        """The asynchronous producer over this run's generator and envs, with a checkpoint's state if resumed."""
+        config = self.config
+        if self._async_state is not None:
+            controller = StalenessController.from_state(self._async_state["controller"])
+            finished = self._async_state["finished"]
+        else:
+            controller = StalenessController(
+                config.episodes_per_step, config.trainer.max_staleness, config.rollout.episodes_per_group
+            )
+            finished = {}
+        if controller.version != self.step:
+            raise InvalidOptionError(
+                f"The checkpoint's staleness state is at policy version {controller.version}, its weights at step "
+                f"{self.step}; the checkpoint is damaged. Resume from an intact run folder, or start a new run."
+            )
+        return AsyncRollouts(
+            self.generator, self.chat, controller,
+            plan=lambda step: plan_groups(config.train_envs, config.rollout.episodes_per_group, config.seed, step),
+            agent_config=lambda step: self._agent_config(self._train_sampling(), sampling_seed(config.seed, step)),
+            agent=config.rollout.agent, env_pool=self.env_pool, finished=finished,
+        )
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> RunSummary:
@@ -198,6 +251,9 @@ class Trainer:
             # resumed run has what its checkpoint had left.
             self._budget_started = time.monotonic()
             self.log.start_budget(self.budget_used_s)
+            if self.rollouts is not None and not self.rollouts.running:  # from here on the engines are its
+                self.rollouts.start(self.policy.export_weights())
+            self._step_clock = (time.perf_counter(), self._engine_busy())
             self.log.advance(self.step, None, self._last_eval_success())
             while self.step < config.steps:
                 if config.max_minutes and self._budget_used() >= 60 * config.max_minutes:
@@ -205,7 +261,9 @@ class Trainer:
                     break
                 metrics = self.train_step()
                 _kill_point("step-logged", self.step)
-                self.log.advance(self.step, metrics.get("success_rate"), self._last_eval_success())
+                self.log.advance(
+                    self.step, metrics.get("success_rate"), self._last_eval_success(), metrics.get("staleness/max")
+                )
                 if self.nan_streak >= config.max_nan_steps:
                     stop_reason, completed = f"{self.nan_streak} steps in a row with a non-finite loss", False
                     break
@@ -246,12 +304,12 @@ class Trainer:
         return min(done, 1.0)
 
     def train_step(self) -> dict[str, Any]:
-        """One rollout and update; returns the step's metrics (also logged)."""
+        """One batch of episodes and its update; returns the step's metrics (also logged)."""
         started = time.perf_counter()
         lr = scheduled_lr(self.config.optim, self.progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        trajectories, rollout_metrics = self.collect(self.step)
+        trajectories, rollout_metrics = self._take_batch() if self.rollouts is not None else self.collect(self.step)
         self._consistent = False
         samples, filter_metrics = self._filtered_samples(trajectories)
         update_metrics: dict[str, Any] = {"samples": len(samples)}
@@ -267,37 +325,72 @@ class Trainer:
         metrics = {
             **rollout_metrics, **filter_metrics, **update_metrics, "lr": lr, "step_seconds": time.perf_counter() - started,
         }
+        metrics.update(self._idle_metrics(metrics))
         self.log.log(self.step, "train", metrics)
         self._consistent = True
         return metrics
+
+    def _idle_metrics(self, metrics: dict[str, Any]) -> dict[str, float]:
+        """Shares of the wall time since the last step that the engines and the trainer idled.
+
+        The engines are busy while generating or loading weights; the trainer while preparing
+        and running its update (``async``: whenever it is not waiting for its batch).
+        """
+        if self.rollouts is None:
+            self._engine_seconds += metrics.get("time/generation_s", 0.0) + metrics["time/weight_sync_s"]
+        since, engine_before = self._step_clock
+        now, engine = time.perf_counter(), self._engine_busy()
+        self._step_clock = (now, engine)
+        interval = max(now - since, 1e-9)
+        trainer = interval - metrics["time/wait_s"] if self.rollouts is not None else metrics["time/update_s"]
+        return {
+            "time/engine_idle": min(max(1.0 - (engine - engine_before) / interval, 0.0), 1.0),
+            "time/trainer_idle": min(max(1.0 - trainer / interval, 0.0), 1.0),
+        }
+
+    def _engine_busy(self) -> float:
+        """Seconds the engines were busy so far: the producer's count (async), else the steps' generation and syncs."""
+        return self.rollouts.busy_seconds() if self.rollouts is not None else self._engine_seconds
 
     # ------------------------------------------------------------------ rollout
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, Any]]:
         """Play this step's training episodes: each env's groups, group members on one level."""
         plan = plan_groups(self.config.train_envs, self.config.rollout.episodes_per_group, self.config.seed, step)
         rollout = self.config.rollout
-        sampling = SamplingSpec(
+        seed = sampling_seed(self.config.seed, step)
+        tree = rollout.tree if rollout.tree.enabled else None
+        trajectories, timing = self._play(plan.starts, self._train_sampling(), seed, tree=tree)
+        timing.update(played_work(trajectories, timing["time/total_s"]))
+        return trajectories, {**episode_metrics(trajectories, plan.labels), **timing}
+
+    def _take_batch(self) -> tuple[list[Trajectory], dict[str, Any]]:
+        """``async``: the producer's batch for this step (once its slowest episode ended), with its staleness."""
+        assert self.rollouts is not None
+        taken = self.rollouts.next_batch()
+        assert taken.version == self.step, f"batch of version {taken.version} at step {self.step}"
+        return taken.trajectories, {**episode_metrics(taken.trajectories, taken.labels), **staleness_metrics(taken)}
+
+    def _train_sampling(self) -> SamplingSpec:
+        rollout = self.config.rollout
+        return SamplingSpec(
             max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
             allowed_token_ids=self.choice_ids,
         )
-        seed = sampling_seed(self.config.seed, step)
-        trajectories, timing = self._play(plan.starts, sampling, seed, tree=rollout.tree if rollout.tree.enabled else None)
-        timing.update(played_work(trajectories, timing["time/total_s"]))
-        return trajectories, {**episode_metrics(trajectories, plan.labels), **timing}
+
+    def _agent_config(self, sampling: SamplingSpec, seed: int | None) -> AgentConfig:
+        rollout = self.config.rollout
+        return AgentConfig(
+            sampling=sampling, max_turns=rollout.max_turns or None, max_context_tokens=rollout.max_model_len,
+            sampling_seed=seed,
+        )
 
     def _play(
         self, starts: list[EpisodeStart], sampling: SamplingSpec, sampling_seed: int | None, tree: TreeConfig | None = None
     ) -> tuple[list[Trajectory], dict[str, Any]]:
         rollout = self.config.rollout
-        agent_config = AgentConfig(
-            sampling=sampling,
-            max_turns=rollout.max_turns or None,
-            max_context_tokens=rollout.max_model_len,
-            sampling_seed=sampling_seed,
-        )
         result = run_rollout(
-            self.generator, self.chat, starts, agent=rollout.agent, config=agent_config, env_pool=self.env_pool,
-            tree=tree,
+            self.generator, self.chat, starts, agent=rollout.agent, config=self._agent_config(sampling, sampling_seed),
+            env_pool=self.env_pool, tree=tree,
         )
         timing = {key: value for key, value in result.metrics.items() if key.startswith(("time/", "tokens/"))}
         timing["cut_turn_rate"] = result.metrics.get("cut_turn_rate", 0.0)
@@ -339,14 +432,21 @@ class Trainer:
         return {group for group, kept in zip(ids, keep.tolist(), strict=True) if kept}
 
     def _prepare(self, samples: list[Sample]) -> Batch:
-        """Collate, rescore under the current weights, and attach advantages."""
+        """Collate, rescore under the current weights, and attach advantages.
+
+        Async: the engine's logprobs (collated into ``old_logprobs``) become the behaviour
+        policy's, the versions that sampled the tokens; the weights at this update's start are
+        the proximal policy of the decoupled objective, scored like a synchronous step's old ones.
+        """
         config = self.config
         batch = collate(samples, self.policy.pad_token_id)
+        if self.rollouts is not None:
+            batch.behaviour_logprobs = batch.old_logprobs
         loss = config.loss
         single_update = config.optim.ppo_epochs == 1 and not 0 < config.optim.minibatch_size < len(batch)
         if single_update and config.algo != "ppo" and loss.kl_coef == 0:
-            # One update on fresh data: its first forward pass gives the old logprobs, no
-            # separate scoring pass (a third of a step's compute) is needed.
+            # One update on this data: its first forward pass gives the old (proximal) logprobs,
+            # no separate scoring pass (a third of a step's compute) is needed.
             batch.old_logprobs = None
             return with_advantages(
                 batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
@@ -390,7 +490,9 @@ class Trainer:
         }
 
     def _sync_weights(self) -> None:
-        if self.config.rollout.backend != "hf" or self.config.distributed.enabled:
+        if self.rollouts is not None:  # handed over now, loaded by the producer between two engine calls
+            self.rollouts.publish(self.policy.export_weights(), self.step)
+        elif self.config.rollout.backend != "hf" or self.config.distributed.enabled:
             self.generator.update_weights(self.policy.export_weights())
 
     # ------------------------------------------------------------------ evaluation
@@ -407,8 +509,10 @@ class Trainer:
         self.log.status(f"step {self.step}: evaluating")
         plan = plan_eval(config.validation_envs, config.eval.levels, config.eval.use_eval_set)
         settings = PlaySettings.of_run(config.rollout, config.eval)
+        # Async: the evaluation's episodes join the producer's stream, on the weights published last.
+        play = self.rollouts.play if self.rollouts is not None and self.rollouts.running else None
         self.last_evaluation = evaluate_policy(
-            self.generator, self.chat, settings, plan.starts, plan.labels, env_pool=self.env_pool
+            self.generator, self.chat, settings, plan.starts, plan.labels, env_pool=self.env_pool, play=play
         )
         metrics = self.last_evaluation.metrics
         self.log.log(self.step, "eval", metrics)
@@ -441,6 +545,10 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
         }
+        if self.rollouts is not None:  # the staleness state and the ended, untrained episodes
+            if self.rollouts.running:
+                self.rollouts.wait_published(self.step)
+            state["async"] = self.rollouts.state_dict()
         path = self.output / CHECKPOINT_FILE
         staging = path.with_suffix(".tmp")
         torch.save(state, staging)
@@ -490,6 +598,7 @@ class Trainer:
         self.nan_streak = int(state["nan_streak"])
         self.last_eval_step = state.get("last_eval_step", self.step)
         self.budget_used_s = float(state.get("budget_used_s", 0.0))
+        self._async_state = state.get("async")
 
 
 def _kill_point(name: str, step: int) -> None:

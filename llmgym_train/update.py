@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from llmgym_train.algorithms import aggregate, clipped_surrogate, kl_divergence, value_loss
+from llmgym_train.algorithms import aggregate, clipped_surrogate, decoupled_surrogate, kl_divergence, value_loss
 from llmgym_train.batching import Batch, token_budget_groups
 from llmgym_train.config import LossConfig, OptimConfig
 from llmgym_train.policy import Policy, same_context_rows
@@ -82,13 +82,20 @@ def micro_batch_loss(
     )
     mask = micro.loss_mask  # (B, T)
     assert micro.advantages is not None, "advantages must be computed before the update"
-    # No old logprobs: the update is the first and only one on this data, so the policy that
-    # sampled it (as the trainer scores it) is the current one and the ratio is exactly 1.
+    # No old logprobs: the update is the first and only one on this data, so the policy it
+    # starts from (the sampling one, as the trainer scores it, or the proximal one when
+    # behaviour logprobs are given) is the current one and the ratio is exactly 1.
     old_logprobs = scored["logprobs"].detach() if micro.old_logprobs is None else micro.old_logprobs
-    total, stats = clipped_surrogate(
-        scored["logprobs"], old_logprobs, micro.advantages, mask,
-        loss.clip_low, loss.clip_high, loss.aggregation, divisor,
-    )
+    if micro.behaviour_logprobs is not None:  # stale samples: old_logprobs are the proximal policy's
+        total, stats = decoupled_surrogate(
+            scored["logprobs"], old_logprobs, micro.behaviour_logprobs, micro.advantages, mask,
+            loss.clip_low, loss.clip_high, loss.behaviour_cap, loss.importance_level, loss.aggregation, divisor,
+        )
+    else:
+        total, stats = clipped_surrogate(
+            scored["logprobs"], old_logprobs, micro.advantages, mask,
+            loss.clip_low, loss.clip_high, loss.aggregation, divisor,
+        )
     stats["policy_loss"] = float(total.detach())
     if algo == "ppo":
         assert micro.returns is not None and micro.old_values is not None

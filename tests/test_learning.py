@@ -1,4 +1,4 @@
-"""A tiny randomly initialized model learns a one-step llmgym task under GRPO and under PPO.
+"""A tiny randomly initialized model learns a one-step llmgym task under GRPO and under PPO, and asynchronously.
 
 The task, ``llmgym-test/SayLetter-v0``, is a bandit: the action is the first character of the
 completion, and saying ``B`` wins. The model is a character-level Llama of ~100k parameters
@@ -6,6 +6,8 @@ over a 102-token vocabulary, so at initialization it says ``B`` about 1% of the 
 whole trainer path runs: config, rollout through the hf generator and the chain agent,
 advantages, updates, greedy evaluation, metrics, curve. The test asserts the success rate
 before (near chance) and after (>= 0.9), greedy on the eval levels and sampled in training.
+The same run with ``trainer.mode=async`` (the hf engine on its own copy of the weights, the
+next batch generated while the trainer updates) must learn as well.
 """
 
 from __future__ import annotations
@@ -106,3 +108,20 @@ def test_tiny_model_learns_say_letter(tmp_path: Path, algo: str) -> None:
     assert after >= 0.9, f"{algo} did not learn: greedy eval success {before} -> {after}"
     assert sum(sampled[-3:]) / 3 >= 0.9, f"{algo}: sampled success of the last steps {sampled[-3:]}"
     assert summary.curve is not None and summary.curve.is_file()
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_say_letter_asynchronously(tmp_path: Path) -> None:
+    started = time.perf_counter()
+    summary, records = train_tiny(tmp_path, "grpo", steps=18, extra=["trainer.mode=async", "trainer.max_staleness=1"])
+    before, after = summary.eval_before[ENV_ID], summary.eval_after[ENV_ID]
+    train = [record for record in records if record["kind"] == "train"]
+    sampled = [record["success_rate"] for record in train]
+    print(f"async: greedy eval {before:.2f} -> {after:.2f}; sampled {sampled[0]:.2f} -> {sampled[-1]:.2f} "
+          f"in {time.perf_counter() - started:.0f}s; staleness {[record['staleness/max'] for record in train]}")
+    assert summary.completed
+    assert before <= 0.1 and sampled[0] <= 0.1, f"the untrained model should be near chance: {before}, {sampled[0]}"
+    assert after >= 0.9, f"async did not learn: greedy eval success {before} -> {after}"
+    assert sum(sampled[-3:]) / 3 >= 0.9, f"async: sampled success of the last steps {sampled[-3:]}"
+    assert all(record["staleness/max"] <= 1 for record in train)
+    assert any(record["staleness/max"] == 1 for record in train), "no batch was generated during an update"

@@ -105,6 +105,41 @@ def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
     assert trainer.env_pool is None and train_envs.actors == [None, None], "and its env actors"
 
 
+def test_async_training_on_two_engines_stamps_each_token_within_the_staleness_bound(
+    cluster: Cluster, tiny_folder: Path, tmp_path: Path
+) -> None:
+    """``trainer.mode=async`` on Ray engines: they take each version between two generate calls, stamp tokens with it."""
+    from llmgym_train.trainer import Trainer
+
+    config = load_config(values={
+        "model": str(tiny_folder), "algo": "ppo", "steps": 3, "output": str(tmp_path / "run"), "progress": False,
+        "train_envs": [{"id": "llmgym/FrozenLake-v0", "n_groups": 2, "options": {"max_turns": 2}}],
+        "checkpoint_every": 0, "eval.disabled": True, "rollout.backend": "hf", "rollout.group_size": 2,
+        "rollout.max_new_tokens": 8, "rollout.max_model_len": 1536, "optim.lr": 1e-2,
+        "trainer.mode": "async", "trainer.max_staleness": 1,
+        "distributed.ray_address": cluster.address, "distributed.num_rollout_engines": 2,
+        "distributed.engine_cpus": 1, "distributed.num_env_workers": 2, "distributed.env_worker_cpus": 0.5,
+    })
+    trained: list[tuple[int, list[Any]]] = []
+    with Trainer(config) as trainer:
+        filtered = trainer._filtered_samples
+
+        def recorded(trajectories: list[Any]) -> Any:
+            trained.append((trainer.step, trajectories))
+            return filtered(trajectories)
+
+        trainer._filtered_samples = recorded  # type: ignore[method-assign]
+        summary = trainer.train()
+        engines = trainer.generator
+        assert engines.policy_version == 3
+        assert engines.weights_digests() == [state_digest(trainer.policy.export_weights())] * 2
+    assert summary.completed and [version for version, _ in trained] == [0, 1, 2]
+    for version, trajectories in trained:
+        for trajectory in trajectories:
+            sampled = [v for v, mask in zip(trajectory.policy_versions, trajectory.loss_mask) if mask]
+            assert version - 1 <= min(sampled) and max(sampled) <= version
+
+
 def _trajectory_view(trajectory: Any) -> tuple[Any, ...]:
     turns = [(turn.reward, turn.action_is_valid, turn.finish_reason) for turn in trajectory.turns]
     return tuple(trajectory.token_ids), turns, trajectory.messages, trajectory.end_reason

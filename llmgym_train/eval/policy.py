@@ -15,7 +15,7 @@ it has no run settings, and the leaderboard asks it in plain chat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +108,7 @@ def evaluate_policy(
     *,
     env_pool: EnvPool | None = None,
     sampling_seed: int | None = None,
+    play: Callable[[Sequence[EpisodeStart], str, AgentConfig], list[Trajectory]] | None = None,
 ) -> PolicyEvaluation:
     """Play ``starts`` (e.g. from :func:`~llmgym_train.planner.plan_eval`) as ``settings`` say.
 
@@ -118,6 +119,8 @@ def evaluate_policy(
         env_pool: the vector envs to play on (the trainer's own, possibly on Ray); ``None``: new ones in this process.
         sampling_seed: seeds every request when ``settings.temperature`` > 0 (see
             :class:`~llmgym_train.agents.AgentConfig`), so a sampled evaluation replays exactly.
+        play: plays the episodes ``(starts, agent, config) -> trajectories`` instead of a rollout
+            of their own (asynchronous training: in the producer's running stream, beside training).
     """
     if chat.response_prefix != settings.response_prefix:
         raise InvalidOptionError(
@@ -133,8 +136,11 @@ def evaluate_policy(
         sampling=sampling, max_turns=settings.max_turns, max_context_tokens=settings.max_model_len,
         sampling_seed=sampling_seed,
     )
-    result = run_rollout(generator, chat, starts, agent=settings.agent, config=config, env_pool=env_pool)
-    return PolicyEvaluation(result.trajectories, list(labels), episode_metrics(result.trajectories, labels))
+    if play is not None:
+        trajectories = play(starts, settings.agent, config)
+    else:
+        trajectories = run_rollout(generator, chat, starts, agent=settings.agent, config=config, env_pool=env_pool).trajectories
+    return PolicyEvaluation(trajectories, list(labels), episode_metrics(trajectories, labels))
 
 
 # ---------------------------------------------------------------------- leaderboard rows of runs

@@ -18,6 +18,7 @@ from llmgym_train.generation.base import (
     Generator,
     SamplingSpec,
     StreamingGenerator,
+    VersionedGenerator,
     per_prompt,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "Generator",
     "SamplingSpec",
     "StreamingGenerator",
+    "VersionedGenerator",
     "make_generator",
     "per_prompt",
 ]
@@ -44,6 +46,7 @@ def make_generator(
     max_model_len: int = 2048,
     dtype: Literal["bfloat16", "float32"] | None = None,
     seed: int = 0,
+    own_process: bool = False,
 ) -> Generator:
     """Build the ``name`` backend on the HF model folder ``model``.
 
@@ -52,12 +55,15 @@ def make_generator(
         dtype: inference dtype; ``None`` takes the backend's default (vllm: bfloat16 on GPUs, float32 on CPUs; hf:
             float32, whose logprobs match a float32 trainer's exactly).
         seed: the engine's sampling seed (vllm) for requests without their own.
+        own_process: vllm: run the engine core in a process of its own (hf: refused, it has no engine process).
     """
     if name == "vllm":
         from llmgym_train.generation.vllm_backend import VllmGenerator
 
-        return VllmGenerator(model, max_model_len=max_model_len, dtype=dtype, seed=seed)
+        return VllmGenerator(model, max_model_len=max_model_len, dtype=dtype, seed=seed, own_process=own_process)
     if name == "hf":
+        if own_process:
+            raise InvalidOptionError("own_process=True runs vLLM's engine core aside; the hf backend generates in this process.")
         from llmgym_train.generation.hf_backend import HfGenerator
 
         return HfGenerator(model, max_model_len=max_model_len, dtype=dtype or "float32")

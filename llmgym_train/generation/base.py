@@ -143,6 +143,27 @@ class StreamingGenerator(Generator, Protocol):
         ...
 
 
+@runtime_checkable
+class VersionedGenerator(Generator, Protocol):
+    """A generator that records, per token, the policy version that sampled it (asynchronous training).
+
+    After the first :meth:`publish`, every completion carries ``policy_versions``. A streaming
+    generator takes new weights between two decoding steps: a request in flight goes on under
+    the new version, so one completion may carry two versions (a partial rollout). A batch-only
+    generator takes them between two ``generate`` calls.
+    """
+
+    #: The version the next token will be sampled with (``None``: none published, no stamps).
+    policy_version: int | None
+
+    def publish(self, named_tensors: Iterable[tuple[str, "torch.Tensor"]], version: int) -> None:
+        """Load the weights of policy ``version``; tokens sampled from now on are stamped ``version``.
+
+        Call it between engine calls (never from another thread while one runs).
+        """
+        ...
+
+
 def per_prompt(sampling: SamplingSpec | Sequence[SamplingSpec], count: int) -> list[SamplingSpec]:
     """``sampling`` repeated ``count`` times, or checked to have ``count`` entries."""
     if isinstance(sampling, SamplingSpec):

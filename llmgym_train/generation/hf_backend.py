@@ -9,6 +9,11 @@ and batch size change the float rounding of a matmul, so a draw that lands withi
 a boundary between two tokens could still differ: rare enough that the tests never meet it.)
 Unseeded rows draw from torch's global RNG; seeded ones leave it untouched.
 
+Asynchronous training (:meth:`HfGenerator.publish`): a generator built from a folder holds its
+own copy of the weights, so it can generate while the trainer updates the policy; new weights
+arrive between two ``generate`` calls, and each completion is stamped with the version it was
+sampled by.
+
 The behavior logprob of each sampled token is the log-softmax of the processed logits it was
 sampled from (after temperature / top-k / top-p), the same quantity vLLM reports with
 ``logprobs_mode="processed_logprobs"``; greedy rows (temperature 0) report the raw logits'
@@ -65,6 +70,8 @@ class HfGenerator:
             self.model, self.tokenizer = model, tokenizer
         self.max_model_len = max_model_len
         self.eos_token_ids = _eos_token_ids(self.model, self.tokenizer)
+        #: The policy version the weights hold (``None``: never published; completions carry no versions).
+        self.policy_version: int | None = None
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_token_ids[0]
 
     def generate(
@@ -95,6 +102,15 @@ class HfGenerator:
                     raise KeyError(f"Model has no parameter {name!r}; expected HF parameter names.")
                 if target.data_ptr() != tensor.data_ptr():
                     target.copy_(tensor)
+
+    def publish(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy in the weights of policy ``version``; later completions are stamped with it.
+
+        A generator that shares its model with the trainer (built on a loaded model) cannot
+        generate while the trainer updates: give asynchronous training one built from a folder.
+        """
+        self.update_weights(named_tensors)
+        self.policy_version = version
 
     def sleep(self) -> None:
         """Nothing to free: the model is also the trainer's or lives on the CPU."""
@@ -133,7 +149,7 @@ class HfGenerator:
                 input_ids = tokens.unsqueeze(-1)  # (B, 1)
                 attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
                 position_ids = position_ids[:, -1:] + 1  # (B, 1)
-        return [row.completion() for row in rows]
+        return [row.completion(self.policy_version) for row in rows]
 
 
 class _Row:
@@ -153,9 +169,11 @@ class _Row:
         self.logprobs.append(logprob)
         self.done = token in self.stop_ids or len(self.tokens) >= self.budget
 
-    def completion(self) -> Completion:
+    def completion(self, version: int | None) -> Completion:
+        """The row's completion; every token stamped ``version`` (one call samples with one set of weights)."""
         reason = "stop" if self.tokens[-1] in self.stop_ids else "length"
-        return Completion(tuple(self.tokens), tuple(self.logprobs), reason)
+        versions = None if version is None else (version,) * len(self.tokens)
+        return Completion(tuple(self.tokens), tuple(self.logprobs), reason, policy_versions=versions)
 
 
 class _Sampler:

@@ -63,16 +63,23 @@ class RolloutEngine:
     def generate(self, prompts: list[list[int]], specs: list[SamplingSpec]) -> list[Completion]:
         return self.generator.generate(prompts, specs)
 
-    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
-        """Object-store path: ``state`` arrives resolved from the object store (CPU tensors)."""
-        self.generator.update_weights(state.items())
+    def load_weights(self, state: dict[str, torch.Tensor], version: int | None = None) -> None:
+        """Object-store path: ``state`` arrives resolved from the object store (CPU tensors).
+
+        ``version``: publish them as that policy version (asynchronous training: completions are
+        stamped with it from now on).
+        """
+        if version is None:
+            self.generator.update_weights(state.items())
+        else:
+            self.generator.publish(state.items(), version)
 
     def join_weight_group(self, host: str, port: int, rank: int, world_size: int) -> None:
         """NCCL path: join the trainer's broadcast group as ``rank``."""
         self._communicator = nccl_communicator(host, port, rank, world_size)
 
-    def receive_weights(self, metadata: list[tuple[str, str, tuple[int, ...]]]) -> None:
-        """NCCL path: receive each tensor of ``metadata`` from rank 0 and stream it into the engine."""
+    def receive_weights(self, metadata: list[tuple[str, str, tuple[int, ...]]], version: int | None = None) -> None:
+        """NCCL path: receive each tensor of ``metadata`` from rank 0 and stream it into the engine (as ``version``, if given)."""
         import torch
 
         def received() -> Iterable[tuple[str, torch.Tensor]]:
@@ -81,7 +88,10 @@ class RolloutEngine:
                 self._communicator.broadcast(tensor, src=0, stream=torch.cuda.current_stream())
                 yield name, tensor
 
-        self.generator.update_weights(received())
+        if version is None:
+            self.generator.update_weights(received())
+        else:
+            self.generator.publish(received(), version)
 
     def weights_digest(self) -> str:
         """SHA-256 of the engine's current weights (a model's HF state dict, or vLLM's own layout)."""
@@ -121,9 +131,14 @@ def state_digest(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
 
 # ---------------------------------------------------------------------- weight transports
 class WeightTransport(Protocol):
-    """Carries the trainer's weights to every engine; returns when all of them hold the new ones."""
+    """Carries the trainer's weights to every engine; returns when all of them hold the new ones.
 
-    def broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]], engines: Sequence[Any]) -> None:
+    ``version``: the policy version the weights are (asynchronous training stamps tokens with it); ``None``: a plain sync.
+    """
+
+    def broadcast(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], engines: Sequence[Any], version: int | None = None
+    ) -> None:
         ...
 
     def close(self) -> None: ...
@@ -135,12 +150,14 @@ class ObjectStoreTransport:
     def __init__(self, ray: Any) -> None:
         self._ray = ray
 
-    def broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]], engines: Sequence[Any]) -> None:
+    def broadcast(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], engines: Sequence[Any], version: int | None = None
+    ) -> None:
         state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in named_tensors}
         reference = self._ray.put(state)
         del state
         # An ObjectRef passed as an argument reaches the actor as its value: the engine sees tensors.
-        loading = [engine.load_weights.remote(reference) for engine in engines]
+        loading = [engine.load_weights.remote(reference, version) for engine in engines]
         _get_all(self._ray, loading, "loading new weights")
 
     def close(self) -> None:
@@ -172,13 +189,15 @@ class NcclTransport:
         self._communicator = nccl_communicator(host, port, 0, world_size)
         _get_all(ray, joining, "joining the NCCL weight group")
 
-    def broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]], engines: Sequence[Any]) -> None:
+    def broadcast(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], engines: Sequence[Any], version: int | None = None
+    ) -> None:
         import torch
 
         tensors = [(name, tensor.detach().to("cuda").contiguous()) for name, tensor in named_tensors]
         metadata = [(name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape))
                     for name, tensor in tensors]
-        receiving = [engine.receive_weights.remote(metadata) for engine in engines]
+        receiving = [engine.receive_weights.remote(metadata, version) for engine in engines]
         stream = torch.cuda.current_stream()
         for _, tensor in tensors:
             self._communicator.broadcast(tensor, src=0, stream=stream)
@@ -255,6 +274,8 @@ class RolloutEngines:
         self.max_model_len: int = described[0][1]
         #: The Ray node id of each engine.
         self.nodes: list[str] = [node for _, _, node in described]
+        #: The policy version published last (``None``: none; completions then carry the engines' own stamps, if any).
+        self.policy_version: int | None = None
 
     def _wait_started(self, num_cpus: float, num_gpus: float) -> list[tuple[tuple[int, ...], int, str]]:
         """Each engine's :meth:`RolloutEngine.describe`, once all have loaded their model."""
@@ -311,6 +332,16 @@ class RolloutEngines:
         """Send the trainer's weights to every engine; returns once all of them hold them."""
         assert self._transport is not None, "the engines are closed"
         self._transport.broadcast(named_tensors, self.engines)
+
+    def publish(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Send the weights of policy ``version`` to every engine; each stamps its tokens with it from then on.
+
+        Called between two ``generate`` calls (the asynchronous loop owns the engines), so no
+        engine is mid-batch; an engine that streams (vLLM) would take them between decode steps.
+        """
+        assert self._transport is not None, "the engines are closed"
+        self._transport.broadcast(named_tensors, self.engines, version)
+        self.policy_version = version
 
     def weights_digests(self) -> list[str]:
         """Each engine's :func:`state_digest`: all equal after a sync."""

