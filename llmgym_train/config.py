@@ -410,6 +410,11 @@ class ModelConfig:
     autocast: Autocast = "auto"
     #: Recompute activations in the backward pass: less memory for about a third more compute (for GPUs).
     gradient_checkpointing: bool = False
+    #: Positions whose full-vocabulary logits a pass holds at once: the LM head, log-softmax and
+    #: entropy run this many generated tokens at a time, each chunk recomputed in the backward
+    #: (SmolLM2's logits are 200 MB per 1,000 tokens in float32, with as much again per copy).
+    #: 0: a pass's all at once. Results do not depend on it beyond float rounding.
+    head_chunk_tokens: int = 256
     #: Train LoRA adapters (peft) instead of all weights.
     lora: bool = False
     #: LoRA rank.
@@ -425,6 +430,7 @@ class ModelConfig:
         _check_choice("model_options", "dtype", self.dtype, DType)
         _check_choice("model_options", "autocast", self.autocast, Autocast)
         _check_range("model_options", "lora_rank", self.lora_rank, 1)
+        _check_range("model_options", "head_chunk_tokens", self.head_chunk_tokens, 0)
 
 
 @dataclass
