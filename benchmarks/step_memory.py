@@ -122,6 +122,7 @@ def _peak_kb() -> int:
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure one setting in this process (see the module docstring); its figures as a dict."""
     import torch
 
     from llmgym_train.config import load_config
@@ -160,9 +161,18 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "load_and_warmup_peak_gb": round(load_peak_kb / 2**20, 3),
         "step_seconds": round(seconds, 1),
         "parameters": sum(p.numel() for p in policy.trainable_parameters()),
+        # what the step holds whatever the levers: weights, as much again in gradients, AdamW's two moments
+        "weights_gb": round(_bytes(policy.model.parameters()) / 2**30, 3),
+        "optimizer_state_gb": round(_bytes(
+            value for state in optimizer.state.values() for value in state.values() if torch.is_tensor(value)
+        ) / 2**30, 3),
         "dtype": str(next(policy.model.parameters()).dtype),
         "autocast": str(policy.autocast),
     }
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
 
 def _current_kb() -> int:

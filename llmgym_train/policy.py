@@ -80,8 +80,7 @@ class Policy:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=choose_dtype(options.dtype))
         if options.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-            model.config.use_cache = False
+            model.gradient_checkpointing_enable()  # the training forwards pass use_cache=False themselves
         if options.lora:
             model = _with_lora(model, options)
         value_head = ValueHead(model.config.hidden_size) if with_value else None
@@ -223,7 +222,7 @@ class Policy:
             else:
                 hidden = self._decode(decoder, input_ids, attention_mask)
             return hidden, hidden[:, :-1][wanted], model.get_output_embeddings(), wanted
-        outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
         return outputs.hidden_states[-1], outputs.logits[:, :-1][wanted], _identity, wanted
 
     def _decode(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -241,7 +240,7 @@ class Policy:
         batch, width = input_ids.shape
         shared = shared_prefix_length(input_ids, attention_mask)
         if batch < 2 or shared < MIN_SHARED_PREFIX or not _prefix_runs_once(decoder):
-            return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         recorded = _shared_prefix_cache(decoder.config)
         with _checkpoints_with_cache(decoder):
             # use_cache=False: the caches are passed in (and transformers refuses True under checkpointing)
