@@ -457,8 +457,16 @@ class ModelConfig:
     #: float32. ``auto``: on a CPU with native bfloat16 (AVX512-BF16 or AMX), where it is about
     #: twice as fast; ``bfloat16`` always; ``off`` never.
     autocast: Autocast = "auto"
-    #: Recompute activations in the backward pass: less memory for about a third more compute (for GPUs).
-    gradient_checkpointing: bool = False
+    #: Keep only each layer's input and recompute the rest in the backward: a pass's activations
+    #: drop from about 1.25 MB to 70 kB per token for SmolLM2-135M (at the default
+    #: ``update.micro_batch_tokens``, 2.6 GB to 0.14 GB), for one more forward of the layers.
+    #: Gradients are the same. See ``benchmarks/step_memory.py``.
+    gradient_checkpointing: bool = True
+    #: Positions whose full-vocabulary logits a pass holds at once: the LM head, log-softmax and
+    #: entropy run this many generated tokens at a time, each chunk recomputed in the backward
+    #: (SmolLM2's logits are 200 MB per 1,000 tokens in float32, with as much again per copy).
+    #: 0: a pass's all at once. Results do not depend on it beyond float rounding.
+    head_chunk_tokens: int = 256
     #: Train LoRA adapters (peft) instead of all weights.
     lora: bool = False
     #: LoRA rank.
@@ -474,6 +482,7 @@ class ModelConfig:
         _check_choice("model_options", "dtype", self.dtype, DType)
         _check_choice("model_options", "autocast", self.autocast, Autocast)
         _check_range("model_options", "lora_rank", self.lora_rank, 1)
+        _check_range("model_options", "head_chunk_tokens", self.head_chunk_tokens, 0)
 
 
 @dataclass
@@ -854,11 +863,13 @@ def save_config(config: TrainConfig, path: str | Path) -> None:
 # ---------------------------------------------------------------------- resuming a run
 #: What a resumed run may change from its ``config.yaml``: how long it runs, how often it
 #: evaluates and saves, how it reports, and the machine's thread count. None of them changes
-#: what a step computes (``threads`` and ``update.micro_batch_tokens`` may change float rounding
-#: only), so a resumed run still reaches the uninterrupted run's state; a run that ran out of
-#: memory can resume with a smaller token budget. ``output`` is the run folder itself.
+#: what a step computes (``threads``, ``update.micro_batch_tokens`` and
+#: ``model_options.head_chunk_tokens`` may change float rounding only), so a resumed run still
+#: reaches the uninterrupted run's state; a run that ran out of memory can resume with a smaller
+#: token budget or chunk, or with gradient checkpointing. ``output`` is the run folder itself.
 RESUMABLE_KEYS = (
     "steps", "max_minutes", "progress", "threads", "eval.every", "checkpoint_every", "output", "update.micro_batch_tokens",
+    "model_options.gradient_checkpointing", "model_options.head_chunk_tokens",
 )
 #: The run folder's copy of its config.
 RUN_CONFIG_FILE = "config.yaml"

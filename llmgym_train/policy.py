@@ -9,12 +9,15 @@ adapters merged, so vLLM never needs to know about LoRA.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from llmgym_train.algorithms.losses import entropy_from_logits, token_logprobs
 from llmgym_train.config import ModelConfig
@@ -37,6 +40,8 @@ class Policy:
         value_head: PPO's critic head, or ``None``.
         with_reference: keep a frozen reference for the KL term.
         autocast: run the forward passes under CPU autocast to this dtype (see :func:`choose_autocast`).
+        head_chunk_tokens: positions whose full-vocabulary logits are alive at once (see
+            :func:`head_scores`); 0: all of a pass's at once.
     """
 
     def __init__(
@@ -46,9 +51,11 @@ class Policy:
         value_head: ValueHead | None,
         with_reference: bool,
         autocast: torch.dtype | None = None,
+        head_chunk_tokens: int = 256,
     ) -> None:
         self.model = model
         self.autocast = autocast
+        self.head_chunk_tokens = head_chunk_tokens
         self._selective_head = _has_plain_head(model)
         self.tokenizer = tokenizer
         self.value_head = value_head
@@ -73,13 +80,12 @@ class Policy:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=choose_dtype(options.dtype))
         if options.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-            model.config.use_cache = False
+            model.gradient_checkpointing_enable()  # the training forwards pass use_cache=False themselves
         if options.lora:
             model = _with_lora(model, options)
         value_head = ValueHead(model.config.hidden_size) if with_value else None
         autocast = choose_autocast(options.autocast, choose_dtype(options.dtype))
-        return cls(model, tokenizer, value_head, with_reference, autocast)
+        return cls(model, tokenizer, value_head, with_reference, autocast, options.head_chunk_tokens)
 
     # ------------------------------------------------------------------ training side
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -115,14 +121,18 @@ class Policy:
                 ``None``: every position.
         """
         with self._autocast():
-            hidden, logits, wanted = self._forward(
+            hidden, features, head, wanted = self._forward(
                 self.model, input_ids, attention_mask, positions, merge_last_token=not values
             )
-            logits, targets = self._restrict(logits, input_ids[:, 1:][wanted])
-            result = {"logprobs": _place(token_logprobs(logits, targets), wanted)}  # (B, T)
-            if entropy:  # (B, T); with a gradient only when an entropy bonus is trained
-                with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                    result["entropy"] = _place(entropy_from_logits(logits), wanted)
+            targets = self._choice_targets(input_ids[:, 1:][wanted])  # (N,)
+            # entropy: (B, T), with a gradient only when an entropy bonus is trained
+            logprobs, entropies = head_scores(
+                self._choice_head(head), features, targets, self.head_chunk_tokens,
+                entropy=entropy, entropy_grad=entropy_grad,
+            )
+            result = {"logprobs": _place(logprobs, wanted)}  # (B, T)
+            if entropies is not None:
+                result["entropy"] = _place(entropies, wanted)
             if values:
                 assert self.value_head is not None, "values requested from a policy without a value head"
                 result["values"] = self.value_head(hidden.float())  # (B, T)
@@ -136,18 +146,38 @@ class Policy:
         with self._autocast():
             if self.is_lora:
                 with self.model.disable_adapter():
-                    _, logits, wanted = self._forward(self.model, input_ids, attention_mask, positions)
-            else:
-                assert self.reference is not None, "reference logprobs need with_reference=True"
-                _, logits, wanted = self._forward(self.reference, input_ids, attention_mask, positions)
-            logits, targets = self._restrict(logits, input_ids[:, 1:][wanted])
-            return _place(token_logprobs(logits, targets), wanted)
+                    _, features, head, wanted = self._forward(self.model, input_ids, attention_mask, positions)
+                    return self._reference_scores(features, head, input_ids, wanted)
+            assert self.reference is not None, "reference logprobs need with_reference=True"
+            _, features, head, wanted = self._forward(self.reference, input_ids, attention_mask, positions)
+            return self._reference_scores(features, head, input_ids, wanted)
 
-    def _restrict(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``(N, V)`` and targets ``(N,)`` over the allowed tokens only ``(N, K)``, ``(N,)`` (or unchanged)."""
+    def _reference_scores(
+        self, features: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], input_ids: torch.Tensor,
+        wanted: torch.Tensor,
+    ) -> torch.Tensor:
+        """``(B, T)`` logprobs of the wanted tokens from the head's inputs (see :meth:`_forward`)."""
+        targets = self._choice_targets(input_ids[:, 1:][wanted])  # (N,)
+        logprobs, _ = head_scores(self._choice_head(head), features, targets, self.head_chunk_tokens)
+        return _place(logprobs, wanted)
+
+    def _choice_head(self, head: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The logits the policy samples from: ``head``'s ``(n, V)``, or over the allowed tokens only ``(n, K)``, tempered."""
         allowed = self.allowed_token_ids
         if allowed is None:
-            return logits, targets
+            return head
+        temperature = self.choice_temperature
+
+        def restricted(features: torch.Tensor) -> torch.Tensor:
+            return head(features)[:, allowed.to(features.device)] / temperature  # (n, K)
+
+        return restricted
+
+    def _choice_targets(self, targets: torch.Tensor) -> torch.Tensor:
+        """Targets ``(N,)`` as indices among the allowed tokens (or unchanged); a stray token is refused."""
+        allowed = self.allowed_token_ids
+        if allowed is None:
+            return targets
         matches = targets.unsqueeze(-1) == allowed.to(targets.device)  # (N, K)
         if not bool(matches.any(dim=-1).all()):
             stray = sorted(set(targets[~matches.any(dim=-1)].tolist()))
@@ -155,7 +185,7 @@ class Policy:
                 f"Generated tokens {stray[:8]} are not among the allowed choices {allowed.tolist()}: samples "
                 "scored under rollout.choices must come from a generator restricted to them."
             )
-        return logits[:, allowed.to(logits.device)] / self.choice_temperature, matches.float().argmax(dim=-1)
+        return matches.float().argmax(dim=-1)
 
     def _autocast(self) -> Any:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast is not None)
@@ -167,9 +197,12 @@ class Policy:
         attention_mask: torch.Tensor,
         positions: torch.Tensor | None,
         merge_last_token: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Final hidden states ``(B, T, H)``, the logits that predict the wanted tokens ``(N, V)``, and ``wanted`` ``(B, T-1)``.
+    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor], torch.Tensor]:
+        """Final hidden states ``(B, T, H)``, what predicts the wanted tokens ``(N, F)`` and the head that makes it logits, and ``wanted`` ``(B, T-1)``.
 
+        With a plain head, the features are the final hidden states at the wanted positions and
+        the head is the LM head, which :func:`head_scores` runs a chunk at a time; otherwise
+        they are the model's own logits there and the head is the identity.
         ``wanted[:, t]`` marks token ``t + 1``, predicted by position ``t``. With
         ``merge_last_token``, rows that differ in their last token only run once (see
         :func:`same_context_rows`); the hidden state at a row's last token is then its
@@ -188,9 +221,9 @@ class Policy:
                 hidden = self._decode(decoder, input_ids[unique], attention_mask[unique])[inverse]
             else:
                 hidden = self._decode(decoder, input_ids, attention_mask)
-            return hidden, model.get_output_embeddings()(hidden[:, :-1][wanted]), wanted
-        outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        return outputs.hidden_states[-1], outputs.logits[:, :-1][wanted], wanted
+            return hidden, hidden[:, :-1][wanted], model.get_output_embeddings(), wanted
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+        return outputs.hidden_states[-1], outputs.logits[:, :-1][wanted], _identity, wanted
 
     def _decode(self, decoder: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The decoder's final hidden states ``(B, T, H)``; a prefix every row shares runs once.
@@ -200,16 +233,26 @@ class Policy:
         once, its keys and values repeated over the batch, and only the rows' own tokens are
         run against them: the same function of the weights (causal attention: a prefix never
         sees what follows it), so logprobs and gradients are those of the full forward, up to
-        float rounding, at the cost of the unshared tokens only.
+        float rounding, at the cost of the unshared tokens only. Under gradient checkpointing
+        too: the caches are :class:`SharedPrefixLayer`'s, which a layer's replay in the
+        backward leaves as its forward saw them.
         """
         batch, width = input_ids.shape
         shared = shared_prefix_length(input_ids, attention_mask)
-        if batch < 2 or shared < MIN_SHARED_PREFIX or getattr(decoder, "gradient_checkpointing", False):
-            return decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        head = decoder(input_ids=input_ids[:1, :shared], use_cache=True)
-        cache = head.past_key_values
-        cache.batch_repeat_interleave(batch)
-        tail = decoder(input_ids=input_ids[:, shared:], attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        if batch < 2 or shared < MIN_SHARED_PREFIX or not _prefix_runs_once(decoder):
+            return decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        recorded = _shared_prefix_cache(decoder.config)
+        with _checkpoints_with_cache(decoder):
+            # use_cache=False: the caches are passed in (and transformers refuses True under checkpointing)
+            head = decoder(input_ids=input_ids[:1, :shared], past_key_values=recorded, use_cache=False)
+            repeated = [
+                (layer.keys.repeat_interleave(batch, dim=0), layer.values.repeat_interleave(batch, dim=0))
+                for layer in recorded.layers
+            ]  # (B, heads, shared, head_dim) each
+            tail = decoder(
+                input_ids=input_ids[:, shared:], attention_mask=attention_mask,
+                past_key_values=_shared_prefix_cache(decoder.config, repeated), use_cache=False,
+            )
         return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail.last_hidden_state], dim=1)
 
     # ------------------------------------------------------------------ generator side
@@ -272,6 +315,81 @@ class Policy:
         self.tokenizer.save_pretrained(folder)
 
 
+def _prefix_runs_once(decoder: Any) -> bool:
+    """Whether :meth:`Policy._decode` may run a shared prefix once: plain (full-attention) key/value caches, and
+    under gradient checkpointing layers that take a cache (transformers' ``_can_checkpoint_with_cache``)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = DynamicCache(config=decoder.config).layers
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return False  # sliding windows and other caches: the full forward
+    checkpointed = any(getattr(module, "gradient_checkpointing", False) for module in decoder.modules())
+    return not checkpointed or hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache")
+
+
+@contextlib.contextmanager
+def _checkpoints_with_cache(decoder: Any) -> Iterator[None]:
+    """Let checkpointed layers take the shared-prefix caches (they drop any cache otherwise, as a replay would write it twice)."""
+    layers = [module for module in decoder.modules() if hasattr(module, "_can_checkpoint_with_cache")]
+    before = [vars(layer).get("_can_checkpoint_with_cache") for layer in layers]  # None: the class's value
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer, value in zip(layers, before, strict=True):
+            if value is None:
+                del layer._can_checkpoint_with_cache
+            else:
+                layer._can_checkpoint_with_cache = value
+
+
+def _shared_prefix_cache(config: Any, prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Any:
+    """A ``DynamicCache`` of :class:`SharedPrefixLayer`: recording a prefix (``prefix`` None), or reading each layer's keys and values."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    layer_class = _shared_prefix_layer_class()
+    cache.layers = [layer_class(None) for _ in cache.layers] if prefix is None else [layer_class(kv) for kv in prefix]
+    return cache
+
+
+@functools.cache
+def _shared_prefix_layer_class() -> type:
+    """:class:`SharedPrefixLayer`, made on first use so that importing this module does not import transformers."""
+    from transformers.cache_utils import DynamicLayer
+
+    class SharedPrefixLayer(DynamicLayer):
+        """One layer's keys and values of a prefix shared by a batch's rows, safe to replay under gradient checkpointing.
+
+        A checkpointed layer runs its forward again in the backward, cache update and all. Recording
+        (``prefix`` None) sets the prefix's states, so a replay sets equal ones instead of appending;
+        reading returns the prefix's states before the rows' own without storing those, so a replay
+        sees the cache its forward saw. Values are ``DynamicLayer``'s: the concatenation it would hold.
+        """
+
+        def __init__(self, prefix: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+            super().__init__()
+            self.reading = prefix is not None
+            if prefix is not None:
+                self.lazy_initialization(*prefix)
+                self.keys, self.values = prefix  # (B, heads, shared, head_dim) each
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            if self.reading:
+                return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self.keys, self.values = key_states, value_states
+            return key_states, value_states
+
+    return SharedPrefixLayer
+
+
 #: Shortest prefix shared by all rows of a batch that :meth:`Policy._decode` runs once.
 MIN_SHARED_PREFIX = 16
 
@@ -313,6 +431,60 @@ def same_context_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
     rank = torch.empty_like(order)
     rank[order] = torch.arange(len(order))
     return first[order], rank[inverse]
+
+
+def head_scores(
+    head: Callable[[torch.Tensor], torch.Tensor],
+    features: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_tokens: int,
+    *,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs of ``targets`` ``(N,)`` under ``head(features)``, and with ``entropy`` each distribution's entropy ``(N,)``.
+
+    Runs ``chunk_tokens`` positions at a time (0: all at once). SmolLM2's logits are 49,152
+    floats a position: at 1,000 generated tokens in a pass that is 200 MB, and the log-softmax,
+    the entropy's terms and the gradients of each hold as much again. Under a gradient each
+    chunk is checkpointed: only its inputs are kept, and the backward recomputes its logits, so
+    one chunk's logits are alive at a time in either direction, for one more pass of the head.
+    Each position's math is :func:`token_logprobs` and :func:`entropy_from_logits` on its own
+    row, so results and gradients are the unchunked ones up to float rounding.
+
+    Args:
+        head: ``(n, F) -> (n, V)`` logits.
+        features: ``(N, F)`` what the head reads at each position.
+        targets: ``(N,)`` the token each position predicts, as an index into the head's logits.
+        chunk_tokens: positions per chunk; 0: all.
+        entropy: also return the entropies (else ``None``).
+        entropy_grad: the entropies carry a gradient (an entropy bonus is trained).
+    """
+    size = chunk_tokens if chunk_tokens > 0 else max(len(features), 1)
+    scores = functools.partial(_head_chunk, head, entropy=entropy, entropy_grad=entropy_grad)
+    pieces = []
+    for start in range(0, len(features), size) or [0]:  # one empty chunk keeps the graph of an empty pass
+        chunk = (features[start : start + size], targets[start : start + size])  # (n, F), (n,)
+        pieces.append(checkpoint(scores, *chunk, use_reentrant=False) if torch.is_grad_enabled() else scores(*chunk))
+    logprobs = torch.cat([piece[0] for piece in pieces])  # (N,)
+    return logprobs, torch.cat([piece[1] for piece in pieces]) if entropy else None
+
+
+def _head_chunk(
+    head: Callable[[torch.Tensor], torch.Tensor], features: torch.Tensor, targets: torch.Tensor, *,
+    entropy: bool, entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk of :func:`head_scores`: logprobs ``(n,)`` and entropies ``(n,)`` (empty when not asked)."""
+    logits = head(features)  # (n, V)
+    logprobs = token_logprobs(logits, targets)  # (n,)
+    if not entropy:
+        return logprobs, logprobs.new_zeros(0)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        return logprobs, entropy_from_logits(logits)  # (n,)
+
+
+def _identity(features: torch.Tensor) -> torch.Tensor:
+    return features
 
 
 def _place(picked: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:

@@ -39,12 +39,14 @@ def test_shared_prefix_length_stops_at_the_first_difference_and_leaves_each_row_
     assert shared_prefix_length(short, torch.tensor([[1, 1, 0], [1, 1, 1]])) == 1
 
 
-@pytest.mark.parametrize("with_value", [False, True])
+@pytest.mark.parametrize(("with_value", "checkpointing"), [(False, False), (True, False), (False, True), (True, True)])
 def test_shared_prefix_forward_gives_the_full_forwards_logprobs_values_and_gradients(
-    random_tiny_model: Any, char_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, with_value: bool
+    random_tiny_model: Any, char_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, with_value: bool, checkpointing: bool
 ) -> None:
     input_ids, attention_mask, positions = _batch(char_tokenizer)
     assert shared_prefix_length(input_ids, attention_mask) >= policy_module.MIN_SHARED_PREFIX
+    if checkpointing:  # layers replay their forward in the backward: the prefix caches must survive it
+        random_tiny_model.gradient_checkpointing_enable()
     head = ValueHead(random_tiny_model.config.hidden_size) if with_value else None
     policy = Policy(random_tiny_model, char_tokenizer, head, with_reference=False)
     policy.train()
@@ -195,3 +197,76 @@ def test_rows_differing_in_their_last_token_run_once_with_the_full_forwards_logp
         torch.testing.assert_close(merged[key], full[key], rtol=1e-4, atol=1e-5)
     for got, expected in zip(merged_grads, full_grads, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-5)
+
+
+def test_head_scores_in_chunks_equal_the_whole_logits_and_their_gradients() -> None:
+    from llmgym_train.algorithms import entropy_from_logits, token_logprobs
+
+    generator = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(8, 50, bias=False)
+    features = torch.randn(23, 8, generator=generator, requires_grad=True)  # (N, F)
+    targets = torch.randint(0, 50, (23,), generator=generator)
+    weights = torch.randn(23, generator=generator)
+
+    def run(chunk: int | None) -> list[torch.Tensor]:
+        head.zero_grad()
+        features.grad = None
+        if chunk is None:  # the whole logits at once, as before chunking
+            logits = head(features)
+            logprobs, entropies = token_logprobs(logits, targets), entropy_from_logits(logits)
+        else:
+            logprobs, entropies = policy_module.head_scores(head, features, targets, chunk, entropy=True, entropy_grad=True)
+        ((logprobs * weights).sum() + entropies.sum()).backward()
+        return [logprobs.detach(), entropies.detach(), features.grad.clone(), head.weight.grad.clone()]
+
+    whole = run(None)
+    for chunk in (0, 1, 5, 23, 64):
+        for got, expected in zip(run(chunk), whole, strict=True):
+            assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_head_scores_hold_one_chunk_of_logits_and_recompute_it_in_the_backward() -> None:
+    head = torch.nn.Linear(8, 50, bias=False)
+    rows: list[int] = []
+    head.register_forward_hook(lambda module, inputs, output: rows.append(output.shape[0]))
+    features = torch.randn(23, 8, requires_grad=True)
+    logprobs, entropies = policy_module.head_scores(head, features, torch.zeros(23, dtype=torch.long), 10)
+    assert entropies is None
+    assert rows == [10, 10, 3]
+    logprobs.sum().backward()
+    assert rows == [10, 10, 3, 3, 10, 10]  # each chunk again, last first, one at a time
+    with torch.no_grad():
+        rows.clear()
+        policy_module.head_scores(head, features, torch.zeros(23, dtype=torch.long), 10)
+    assert rows == [10, 10, 3]
+    # No position to score still gives a graph, so an empty pass can be backed.
+    empty, _ = policy_module.head_scores(head, features[:0], torch.zeros(0, dtype=torch.long), 10, entropy=True)
+    assert empty.shape == (0,)
+    empty.sum().backward()
+
+
+@pytest.mark.parametrize("choices", [False, True])
+def test_policy_scores_in_head_chunks_equal_the_unchunked_ones_with_gradients(
+    random_tiny_model: Any, char_tokenizer: Any, choices: bool
+) -> None:
+    input_ids, attention_mask, positions = _batch(char_tokenizer)
+    policy = Policy(random_tiny_model, char_tokenizer, None, with_reference=False)
+    if choices:  # every scored token among the allowed ones, at a choice temperature
+        allowed = sorted(set(input_ids[positions.bool()].tolist()))
+        policy.allowed_token_ids = torch.tensor(allowed)
+        policy.choice_temperature = 1.7
+    policy.train()
+    weights = torch.linspace(-1, 2, input_ids.shape[1])
+
+    def run(chunk: int) -> list[torch.Tensor]:
+        policy.head_chunk_tokens = chunk
+        policy.model.zero_grad()
+        out = policy.score(input_ids, attention_mask, positions=positions, entropy=True, entropy_grad=True)
+        ((out["logprobs"] * weights).sum() + out["entropy"].sum()).backward()
+        return [out["logprobs"].detach(), out["entropy"].detach()] + [p.grad.clone() for p in policy.trainable_parameters()]
+
+    whole = run(0)
+    assert int(positions[:, 1:].sum()) > 7  # several chunks
+    for got, expected in zip(run(7), whole, strict=True):
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6)
+    assert whole[0].abs().sum() > 0 and whole[1].abs().sum() > 0

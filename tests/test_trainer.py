@@ -149,14 +149,15 @@ def test_gradient_checkpointing_and_bfloat16_parameters_keep_the_float32_gradien
     from llmgym_train.testing import save_tiny_model
 
     folder = save_tiny_model(tmp_path / "tiny", seed=2)
-    plain = _loaded_policy(folder)
+    plain = _loaded_policy(folder, gradient_checkpointing=False)
+    assert not plain.model.is_gradient_checkpointing
     batch = _batch(plain)
     loss = LossConfig(aggregation="token-mean")
     reference = _gradients(plain, batch, 4, loss, "grpo")
     checkpointed = _loaded_policy(folder, gradient_checkpointing=True)
     assert checkpointed.model.is_gradient_checkpointing
     torch.testing.assert_close(_gradients(checkpointed, batch, 4, loss, "grpo"), reference, rtol=1e-4, atol=1e-6)
-    half = _loaded_policy(folder, dtype="bfloat16")
+    half = _loaded_policy(folder, dtype="bfloat16", gradient_checkpointing=False)
     assert next(half.model.parameters()).dtype == torch.bfloat16
     gradient = _gradients(half, batch, 4, loss, "grpo").float()
     cosine = torch.nn.functional.cosine_similarity(gradient, reference, dim=0)
