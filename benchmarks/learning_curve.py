@@ -118,6 +118,11 @@ _COMMON = (
     "progress=false",
 )
 
+#: The markov presets' contexts are one turn (at most 384 tokens), whose activations are small:
+#: they train without gradient checkpointing (the default, for long contexts), which would cost
+#: their updates a forward more per step. Their recorded seeds ran without it.
+_SHORT_CONTEXT = "model_options.gradient_checkpointing=false"
+
 PRESETS: dict[str, Preset] = {
     "frozenlake": Preset(
         family="FrozenLake",
@@ -142,6 +147,7 @@ PRESETS: dict[str, Preset] = {
             "rollout.response_prefix=<answer>", 'rollout.choices=["Left","Down","Right","Up"]',
             "rollout.max_new_tokens=1", "rollout.max_model_len=256", "optim.micro_batch_size=64", "optim.lr=2e-5",
             "rollout.temperature=2.0", "eval.every=10", "optim.lr_schedule=cosine", "optim.lr_final=0.1",
+            _SHORT_CONTEXT,
         ),
     ),
     "sokoban-v1": Preset(
@@ -152,7 +158,7 @@ PRESETS: dict[str, Preset] = {
             *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
             "rollout.response_prefix=<answer>", 'rollout.choices=["Up","Down","Left","Right"]',
             "rollout.max_new_tokens=1", "rollout.max_model_len=384", "optim.micro_batch_size=64", "optim.lr=2e-5",
-            "rollout.temperature=2.0", "eval.every=5",
+            "rollout.temperature=2.0", "eval.every=5", _SHORT_CONTEXT,
         ),
     ),
     "sokoban": Preset(

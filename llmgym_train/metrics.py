@@ -13,8 +13,10 @@ import logging
 import math
 import os
 import shutil
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,8 @@ TENSORBOARD_FOLDER = "tensorboard"
 #: vLLM's, transformers' and Python warnings' log lines of a run, kept out of the console.
 LOG_FILE = "run.log"
 _LIBRARY_LOGGERS = ("vllm", "transformers", "torch", "ray", "py.warnings")
+#: The run log :func:`route_library_logs` chose, for :func:`native_output_to_run_log`.
+_run_log: Path | None = None
 
 
 # ---------------------------------------------------------------------- episode figures
@@ -87,9 +91,11 @@ def route_library_logs(path: Path) -> None:
     console (they say something the user chose or must fix), and go to the file as well.
     Call before vLLM is imported, so that it leaves logging to us.
     """
+    global _run_log
     os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
     os.environ.setdefault("TQDM_DISABLE", "1")  # weight-loading bars of both libraries
     path.parent.mkdir(parents=True, exist_ok=True)
+    _run_log = path
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     try:
@@ -114,6 +120,30 @@ def route_library_logs(path: Path) -> None:
     handler._llmgym_run_log = True  # type: ignore[attr-defined]
     console._llmgym_run_log = True  # type: ignore[attr-defined]
     logging.captureWarnings(True)
+
+
+@contextmanager
+def native_output_to_run_log() -> Iterator[None]:
+    """Inside, whatever writes to file descriptor 2 writes to the run log, if a run routed its logs there.
+
+    Native code does not log through Python: torch's C++ warnings at vLLM's engine start (its
+    NUMA binding notice) go straight to the process's stderr. An engine core started inside
+    (``rollout.vllm_process=own_process``) keeps the run log as its stderr. Outside a run (no
+    :func:`route_library_logs` call), nothing changes.
+    """
+    if _run_log is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(_run_log, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class RunLog:

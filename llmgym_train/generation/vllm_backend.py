@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llmgym.error import DependencyNotInstalled
 from llmgym_train.generation.base import Completion, SamplingSpec, per_prompt
+from llmgym_train.metrics import native_output_to_run_log
 
 if TYPE_CHECKING:
     import torch
@@ -117,7 +118,7 @@ class VllmGenerator:
         if dtype is None:
             dtype = "float32" if current_platform.is_cpu() else "bfloat16"
         extra = {} if block_size is None else {"block_size": block_size}
-        with _engine_process(own_process):
+        with _engine_process(own_process), native_output_to_run_log():
             self.llm = vllm.LLM(
                 model=str(model),
                 max_model_len=max_model_len,
