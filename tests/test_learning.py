@@ -94,19 +94,26 @@ def train_tiny(tmp_path: Path, algo: str, steps: int, extra: list[str] | None = 
     return summary, records
 
 
+def assert_learned(label: str, summary: Any, records: list[dict], started: float) -> list[dict]:
+    """The run went from chance to solving SayLetter, greedy and sampled; returns its train records."""
+    before, after = summary.eval_before[ENV_ID], summary.eval_after[ENV_ID]
+    train = [record for record in records if record["kind"] == "train"]
+    sampled = [record["success_rate"] for record in train]
+    print(f"{label}: greedy eval {before:.2f} -> {after:.2f}; sampled {sampled[0]:.2f} -> {sampled[-1]:.2f} "
+          f"in {time.perf_counter() - started:.0f}s")
+    assert summary.completed
+    assert before <= 0.1 and sampled[0] <= 0.1, f"the untrained model should be near chance: {before}, {sampled[0]}"
+    assert after >= 0.9, f"{label} did not learn: greedy eval success {before} -> {after}"
+    assert sum(sampled[-3:]) / 3 >= 0.9, f"{label}: sampled success of the last steps {sampled[-3:]}"
+    return train
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_tiny_model_learns_say_letter(tmp_path: Path, algo: str) -> None:
     started = time.perf_counter()
     summary, records = train_tiny(tmp_path, algo, steps=18)
-    before, after = summary.eval_before[ENV_ID], summary.eval_after[ENV_ID]
-    sampled = [record["success_rate"] for record in records if record["kind"] == "train"]
-    print(f"{algo}: greedy eval {before:.2f} -> {after:.2f}; sampled {sampled[0]:.2f} -> {sampled[-1]:.2f} "
-          f"in {time.perf_counter() - started:.0f}s")
-    assert summary.completed
-    assert before <= 0.1 and sampled[0] <= 0.1, f"the untrained model should be near chance: {before}, {sampled[0]}"
-    assert after >= 0.9, f"{algo} did not learn: greedy eval success {before} -> {after}"
-    assert sum(sampled[-3:]) / 3 >= 0.9, f"{algo}: sampled success of the last steps {sampled[-3:]}"
+    assert_learned(algo, summary, records, started)
     assert summary.curve is not None and summary.curve.is_file()
 
 
@@ -114,14 +121,7 @@ def test_tiny_model_learns_say_letter(tmp_path: Path, algo: str) -> None:
 def test_tiny_model_learns_say_letter_asynchronously(tmp_path: Path) -> None:
     started = time.perf_counter()
     summary, records = train_tiny(tmp_path, "grpo", steps=18, extra=["trainer.mode=async", "trainer.max_staleness=1"])
-    before, after = summary.eval_before[ENV_ID], summary.eval_after[ENV_ID]
-    train = [record for record in records if record["kind"] == "train"]
-    sampled = [record["success_rate"] for record in train]
-    print(f"async: greedy eval {before:.2f} -> {after:.2f}; sampled {sampled[0]:.2f} -> {sampled[-1]:.2f} "
-          f"in {time.perf_counter() - started:.0f}s; staleness {[record['staleness/max'] for record in train]}")
-    assert summary.completed
-    assert before <= 0.1 and sampled[0] <= 0.1, f"the untrained model should be near chance: {before}, {sampled[0]}"
-    assert after >= 0.9, f"async did not learn: greedy eval success {before} -> {after}"
-    assert sum(sampled[-3:]) / 3 >= 0.9, f"async: sampled success of the last steps {sampled[-3:]}"
+    train = assert_learned("async", summary, records, started)
+    print(f"async staleness per step: {[record['staleness/max'] for record in train]}")
     assert all(record["staleness/max"] <= 1 for record in train)
     assert any(record["staleness/max"] == 1 for record in train), "no batch was generated during an update"
