@@ -52,6 +52,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--groups", type=int, default=4, help="groups per step")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=3)
+    # 2x2 lakes, moves read leniently: the goal is two moves away, so groups differ in reward
+    # and every step updates (on 4x4 lakes in 3 turns no episode could succeed, no group would
+    # carry an advantage, and the trainer would have nothing to update).
+    parser.add_argument("--lake-size", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--steps", type=int, default=14, help="steps per mode, warm-up included")
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the figures")
@@ -69,7 +73,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def overrides(args: argparse.Namespace, mode: str, model: str, output: Path) -> list[str]:
     """The run's config: the same for both modes but ``trainer.mode``."""
     return [
-        f"model={model}", f"train_envs=[{{id: {args.env}, n_groups: {args.groups}, options: {{max_turns: {args.max_turns}}}}}]",
+        f"model={model}",
+        f"train_envs=[{{id: {args.env}, n_groups: {args.groups}, options: "
+        f"{{size: {args.lake_size}, max_turns: {args.max_turns}, action_parser: lenient}}}}]",
         f"steps={args.steps}", f"seed={args.seed}", f"output={output}", "rollout.backend=vllm",
         "rollout.vllm_process=own_process", f"rollout.group_size={args.group_size}",
         f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.max_model_len=2048", "optim.lr=2e-5",
@@ -152,6 +158,9 @@ def mode_figures(train: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "staleness_mean": mean("staleness/mean"),
         "staleness_max": max((record.get("staleness/max", 0.0) for record in measured), default=0.0),
         "success_rate_last": measured[-1].get("success_rate"),
+        "samples_trained_mean": mean("samples_trained"),  # 0 would mean no update ran: nothing to overlap
+        "update_s_mean": mean("time/update_s"),
+        "generation_s_mean": mean("time/generation_s"),
     }
 
 
@@ -214,7 +223,7 @@ def run_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
 def argv_of(args: argparse.Namespace) -> list[str]:
     """``args`` back as command-line options for the child (after ``--smoke`` settled the sizes)."""
     options = ["--env", args.env, "--model", args.model, "--groups", str(args.groups), "--group-size", str(args.group_size),
-               "--max-turns", str(args.max_turns), "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps),
+               "--max-turns", str(args.max_turns), "--lake-size", str(args.lake_size), "--max-new-tokens", str(args.max_new_tokens), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--max-staleness", str(args.max_staleness), "--engine-core",
                str(args.engine_core), "--trainer-core", str(args.trainer_core), "--seed", str(args.seed)]
     return options + (["--smoke"] if args.smoke else [])
