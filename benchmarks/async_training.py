@@ -159,6 +159,7 @@ def mode_figures(train: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "staleness_max": max((record.get("staleness/max", 0.0) for record in measured), default=0.0),
         "success_rate_last": measured[-1].get("success_rate"),
         "samples_trained_mean": mean("samples_trained"),  # 0 would mean no update ran: nothing to overlap
+        "samples_trained_per_hour": 3600 * sum(record.get("samples_trained", 0) for record in measured) / seconds,
         "update_s_mean": mean("time/update_s"),
         "generation_s_mean": mean("time/generation_s"),
     }
@@ -198,7 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     results = {mode: run_mode(args, mode) for mode in MODES}
     ratio = results["async"]["steps_per_hour"] / results["sync"]["steps_per_hour"]
     config = {key: value for key, value in vars(args).items() if not key.startswith("child")}
-    path = write_result(args.name, {"async_over_sync": ratio, "goal": 1.6, "modes": results, "config": config})
+    # Groups without reward variance are not trained, so the modes may train different sample counts a step.
+    samples = results["async"]["samples_trained_per_hour"] / results["sync"]["samples_trained_per_hour"]
+    path = write_result(args.name, {
+        "async_over_sync": ratio, "async_over_sync_samples_trained": samples, "goal": 1.6, "modes": results,
+        "config": config,
+    })
     print(f"async {results['async']['steps_per_hour']:.1f} vs sync {results['sync']['steps_per_hour']:.1f} steps/h: "
           f"{ratio:.2f}x -> {path}")
 
