@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     ratio = results["async"]["steps_per_hour"] / results["sync"]["steps_per_hour"]
     config = {key: value for key, value in vars(args).items() if not key.startswith("child")}
     # Groups without reward variance are not trained, so the modes may train different sample counts a step.
-    samples = results["async"]["samples_trained_per_hour"] / results["sync"]["samples_trained_per_hour"]
+    sync_samples = results["sync"]["samples_trained_per_hour"]
+    samples = results["async"]["samples_trained_per_hour"] / sync_samples if sync_samples else None  # None: no update ran
     path = write_result(args.name, {
         "async_over_sync": ratio, "async_over_sync_samples_trained": samples, "goal": 1.6, "modes": results,
         "config": config,
