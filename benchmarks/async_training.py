@@ -94,13 +94,19 @@ def pin_process(pid: int, cores: set[int]) -> None:
 
 
 def pin_engine(cores: set[int]) -> list[int]:
-    """Pin this process's children (vLLM's engine core) to ``cores``; their pids."""
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        pin_process(child.pid, cores)
-    return [child.pid for child in children]
+    """Pin this process's descendants (vLLM's engine core) to ``cores``; their pids."""
+    pids, pending = [], [os.getpid()]
+    while pending:
+        for task in Path(f"/proc/{pending.pop()}/task").iterdir():
+            try:
+                children = [int(pid) for pid in (task / "children").read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+                continue
+            pids += children
+            pending += children
+    for pid in pids:
+        pin_process(pid, cores)
+    return pids
 
 
 def run_child(args: argparse.Namespace) -> None:
