@@ -325,11 +325,45 @@ async def _stream(
             continue
         start = time.perf_counter()
         finished = generator.poll()
-        timing.generation += time.perf_counter() - start
+        step_seconds = time.perf_counter() - start
+        timing.generation += step_seconds
         timing.generation_calls += 1
         for request_id, completion in finished:
             _deliver(act_queues, owners.pop(request_id), completion)
+        if finished:
+            grace = TURN_GRACE * step_seconds
+            await _await_next_turns(generator, obs_queue, len(finished), grace, owners, request_numbers)
         await asyncio.sleep(0)  # let woken agents run up to their next await
+
+
+#: After an engine step that finished turns, the inference loop waits up to this share of that
+#: step's time for those agents' next requests before stepping again. An env that answers in
+#: far less (a grid game, a parser) then costs its episode no engine step at the turn boundary:
+#: the episode's env call, its next prompt and the engine's next step follow each other instead
+#: of the env's answer waiting for an engine step that started without it. A slower env is not
+#: waited for past the share, so the engine idles at most this share of its time.
+TURN_GRACE = 0.05
+
+
+async def _await_next_turns(
+    generator: StreamingGenerator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    expected: int,
+    grace: float,
+    owners: dict[str, int],
+    request_numbers: itertools.count[int],
+) -> None:
+    """Submit what arrives on ``obs_queue`` until ``expected`` items came (a request or an agent's end) or ``grace`` s passed."""
+    deadline = time.perf_counter() + grace
+    for _ in range(expected):
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return
+        try:
+            request = await asyncio.wait_for(obs_queue.get(), remaining)
+        except TimeoutError:
+            return
+        _submit(generator, request, owners, request_numbers)
 
 
 def _submit(

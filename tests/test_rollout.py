@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from llmgym_train.data import Trajectory, make_samples
 from llmgym_train.generation import Completion, SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
 from llmgym_train.planner import EnvMix, group_episodes
+import llmgym_train.rollout as rollout_module
 from llmgym_train.rollout import rollout
 
 FROZEN_LAKE = "llmgym/FrozenLake-v0"
@@ -212,6 +215,78 @@ def test_math_multi_turn_agent_retries_the_same_problem(tiny_setup: tuple[HfGene
         assert len(trajectory.turns) == 3
         users = [m["content"] for m in trajectory.messages if m["role"] == "user"]
         assert users[1:] == [get_agent("math-multi-turn").retry_message] * 2  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- the streaming loop
+class StepCountingEngine:
+    """A streaming engine that adds one token to every running request per :meth:`poll`.
+
+    Episode 0's turns take 2 steps, every other episode's 25, so episode 0 reaches its turn
+    boundaries while the others keep the engine busy. It records the step count at which each
+    request was submitted and finished.
+    """
+
+    eos_token_ids: tuple[int, ...] = ()
+    max_model_len = 4096
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.steps = 0
+        self.running: dict[str, int] = {}
+        self.submitted: dict[str, int] = {}
+        self.finished: dict[str, int] = {}
+
+    def submit(self, request_id: str, prompt: Sequence[int], sampling: SamplingSpec) -> None:
+        self.running[request_id] = 0
+        self.submitted[request_id] = self.steps
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        time.sleep(0.01)  # a step takes time; the loop's grace after it is a share of that
+        self.steps += 1
+        done = []
+        for request_id in list(self.running):
+            self.running[request_id] += 1
+            length = 2 if request_id.startswith("0-") else 25
+            if self.running[request_id] == length:
+                del self.running[request_id]
+                self.finished[request_id] = self.steps
+                done.append((request_id, Completion((self.token,) * length, (0.0,) * length, "length")))
+        return done
+
+    def has_pending(self) -> bool:
+        return bool(self.running)
+
+    def abort(self, request_ids: Sequence[str]) -> None:
+        for request_id in request_ids:
+            self.running.pop(request_id, None)
+
+    def generate(self, prompts: Any, sampling: Any) -> list[Completion]:
+        raise AssertionError("the streaming loop never calls generate")
+
+    def update_weights(self, named_tensors: Any) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_a_fast_env_costs_no_engine_step_at_a_turn_boundary(char_tokenizer: Any, monkeypatch: Any) -> None:
+    # A grace of 20 steps' time (0.2 s), so that a slow test machine's thread hops fit in it;
+    # the loop stops waiting as soon as the agents are back, which here is at once.
+    monkeypatch.setattr(rollout_module, "TURN_GRACE", 20.0)
+    chat = ChatTokens(char_tokenizer)
+    engine = StepCountingEngine(chat.encode("x")[0])
+    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2)], 2, seed=0)
+    rollout(engine, chat, episodes, config=config(max_turns=5, max_tokens=25, context=4096))
+    quick = sorted((r for r in engine.submitted if r.startswith("0-")), key=lambda r: int(r.split("-")[1]))
+    assert len(quick) == 5
+    # Each next turn of episode 0 was submitted before the engine's next step: while the other
+    # episodes kept it stepping, the env's answer did not wait for a step that started without it.
+    gaps = [engine.submitted[after] - engine.finished[before] for before, after in zip(quick, quick[1:])]
+    assert gaps == [0, 0, 0, 0]
+    assert all(engine.steps > engine.finished[request] for request in quick), "the other episodes were still running"
 
 
 # ---------------------------------------------------------------------- the agent API
