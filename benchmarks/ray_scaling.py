@@ -77,7 +77,7 @@ def rollout_figures(backend: str, episodes: int, repeats: int) -> dict[int, dict
     from llmgym_train.generation import SamplingSpec
     from llmgym_train.generation.ray_engines import RolloutEngines
     from llmgym_train.models import resolve_model
-    from llmgym_train.planner import EnvMix, group_episodes
+    from llmgym_train.planner import EnvSpec, group_episodes
     from llmgym_train.rollout import rollout
 
     folder = resolve_model("smollm2-135m")
@@ -85,7 +85,7 @@ def rollout_figures(backend: str, episodes: int, repeats: int) -> dict[int, dict
     # No per-request seeds: the hf backend batches requests with equal sampling specs.
     config = AgentConfig(sampling=SamplingSpec(max_tokens=32, temperature=1.0), max_turns=2,
                          max_context_tokens=2048)
-    plan = group_episodes([EnvMix(ENV_ID, n_groups=episodes // 4)], group_size=4, seed=0)
+    plan = group_episodes([EnvSpec(ENV_ID, n_groups=episodes // 4)], group_size=4, seed=0)
     groups = {
         count: RolloutEngines(backend, folder, num_engines=count, max_model_len=2048, num_cpus=CPUS / count)
         for count in (1, 2)

@@ -103,9 +103,9 @@ class Workload:
 
     def plan(self, seed: int) -> list[Any]:
         """The episodes, from the planner (level seeds of step 0 of run ``seed``)."""
-        from llmgym_train.planner import EnvMix, plan_groups
+        from llmgym_train.planner import EnvSpec, plan_groups
 
-        mix = EnvMix(self.env_id, n_groups=self.episodes // self.group_size, options=dict(self.env_options))
+        mix = EnvSpec(self.env_id, n_groups=self.episodes // self.group_size, options=dict(self.env_options))
         return plan_groups([mix], self.group_size, seed).starts
 
     def agent_config(self, seed: int, max_model_len: int) -> Any:

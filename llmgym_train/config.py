@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args, get_origin
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, UnknownOptionError, did_you_mean
 from llmgym_train.algorithms.losses import KLEstimator, LossAggregation
 from llmgym_train.algorithms.off_policy import ImportanceLevel
+from llmgym_train.planner import EnvSpec
 
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
@@ -77,80 +78,6 @@ def _check_range(section: str, name: str, value: float, low: float | None, high:
 def _check_at_least(section: str, name: str, value: float, low: float) -> None:
     if value < low:
         raise InvalidOptionError(f"{section}.{name} must be >= {low}; got {value}.")
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise :class:`InvalidOptionError` unless ``env_id`` is in Gymnasium's registry (after ``import llmgym``).
-
-    ``module:Env-v0`` (Gymnasium's form for an env registered on import of its module) imports
-    the module first. The suggestion prefers llmgym's ids, so ``FrozenLake-v0`` points to
-    ``llmgym/FrozenLake-v0`` rather than Gymnasium's own non-text FrozenLake.
-    """
-    import importlib
-
-    import gymnasium as gym
-
-    import llmgym
-
-    module, sep, name = env_id.rpartition(":")
-    if sep:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise InvalidOptionError(
-                f"Env id {env_id!r} names the module {module!r}, which does not import ({error}); "
-                "fix the module path or register the env before loading the config."
-            ) from None
-    if name in gym.registry:
-        return
-    ours = llmgym.env_ids()
-    hint = f" Did you mean 'llmgym/{name}'?" if f"llmgym/{name}" in gym.registry else did_you_mean(name, ours)
-    raise InvalidOptionError(
-        f"Unknown env id {env_id!r}.{hint or did_you_mean(name, gym.registry)} llmgym's ids: {', '.join(ours)}. "
-        "An env of your own must be registered (gymnasium.register) before the config is loaded, "
-        "or be given as 'module:Env-v0'."
-    )
-
-
-@dataclass
-class EnvSpec:
-    """One entry of an env mixture: an llmgym id, its constructor options and its share of groups."""
-
-    #: A registered Gymnasium id, e.g. ``llmgym/FrozenLake-v0``.
-    id: str
-    #: Groups of this env per training step (each group plays one level ``group_size`` times).
-    n_groups: int = 1
-    #: Keyword arguments for ``gymnasium.make`` (e.g. ``{max_turns: 3}``); unknown ones fail at make.
-    options: dict[str, Any] = field(default_factory=dict)
-    #: What metrics call this entry (``success_rate/NAME``); empty: the id. Entries that share
-    #: an id with different options need distinct names.
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.name or self.id
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise InvalidOptionError(f"env id must be a non-empty string such as 'llmgym/FrozenLake-v0'; got {self.id!r}.")
-        check_env_id(self.id)
-        if self.n_groups < 1:
-            raise InvalidOptionError(f"n_groups of {self.id!r} must be >= 1; got {self.n_groups}.")
-
-    @classmethod
-    def parse(cls, text: str) -> EnvSpec:
-        """``"ID"`` or ``"ID:N_GROUPS"`` (the CLI's ``--env`` form)."""
-        env_id, sep, count = text.rpartition(":")
-        if not sep:
-            return cls(id=text)
-        try:
-            n_groups = int(count)
-        except ValueError:
-            raise InvalidOptionError(
-                f"--env takes ID or ID:N_GROUPS (e.g. llmgym/FrozenLake-v0:8); got {text!r}: "
-                f"{count!r} is not an integer."
-            ) from None
-        return cls(id=env_id, n_groups=n_groups)
 
 
 @dataclass

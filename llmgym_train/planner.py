@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmgym.error import InvalidOptionError
+from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
 
 if TYPE_CHECKING:
@@ -40,40 +40,78 @@ SAMPLING_STREAM = 10_000
 UPDATE_STREAM = 20_000
 
 
-class EnvGroups(Protocol):
-    """One env of a mixture, as the planner reads it (the trainer's ``EnvSpec`` and :class:`EnvMix` fit).
+def check_env_id(env_id: str) -> None:
+    """Raise :class:`InvalidOptionError` unless ``env_id`` is in Gymnasium's registry (after ``import llmgym``).
 
-    Attributes:
-        id: registered env id, e.g. ``llmgym/Sokoban-v0``.
-        n_groups: groups of this env per rollout; each group is one level.
-        options: keyword arguments for ``gymnasium.make``.
-        label: what metrics call this env (``success_rate/LABEL``).
+    ``module:Env-v0`` (Gymnasium's form for an env registered on import of its module) imports
+    the module first. The suggestion prefers llmgym's ids, so ``FrozenLake-v0`` points to
+    ``llmgym/FrozenLake-v0`` rather than Gymnasium's own non-text FrozenLake.
     """
+    import importlib
 
+    import gymnasium as gym
+
+    import llmgym
+
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise InvalidOptionError(
+                f"Env id {env_id!r} names the module {module!r}, which does not import ({error}); "
+                "fix the module path or register the env before loading the config."
+            ) from None
+    if name in gym.registry:
+        return
+    ours = llmgym.env_ids()
+    hint = f" Did you mean 'llmgym/{name}'?" if f"llmgym/{name}" in gym.registry else did_you_mean(name, ours)
+    raise InvalidOptionError(
+        f"Unknown env id {env_id!r}.{hint or did_you_mean(name, gym.registry)} llmgym's ids: {', '.join(ours)}. "
+        "An env of your own must be registered (gymnasium.register) before the config is loaded, "
+        "or be given as 'module:Env-v0'."
+    )
+
+
+@dataclass
+class EnvSpec:
+    """One entry of an env mixture: an llmgym id, its constructor options and its share of groups."""
+
+    #: A registered Gymnasium id, e.g. ``llmgym/FrozenLake-v0``.
     id: str
-    n_groups: int
-    options: dict[str, Any]
-
-    @property
-    def label(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class EnvMix:
-    """A plain :class:`EnvGroups`, for scripts, benchmarks and tests."""
-
-    #: Registered env id.
-    id: str
-    #: Groups of this env per rollout.
+    #: Groups of this env per training step (each group plays one level ``group_size`` times).
     n_groups: int = 1
-    #: Keyword arguments for ``gymnasium.make``.
+    #: Keyword arguments for ``gymnasium.make`` (e.g. ``{max_turns: 3}``); unknown ones fail at make.
     options: dict[str, Any] = field(default_factory=dict)
-    #: Metric name; empty: the id.
+    #: What metrics call this entry (``success_rate/NAME``); empty: the id. Entries that share
+    #: an id with different options need distinct names.
     name: str = ""
 
     @property
     def label(self) -> str:
         return self.name or self.id
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidOptionError(f"env id must be a non-empty string such as 'llmgym/FrozenLake-v0'; got {self.id!r}.")
+        check_env_id(self.id)
+        if self.n_groups < 1:
+            raise InvalidOptionError(f"n_groups of {self.id!r} must be >= 1; got {self.n_groups}.")
+
+    @classmethod
+    def parse(cls, text: str) -> EnvSpec:
+        """``"ID"`` or ``"ID:N_GROUPS"`` (the CLI's ``--env`` form)."""
+        env_id, sep, count = text.rpartition(":")
+        if not sep:
+            return cls(id=text)
+        try:
+            n_groups = int(count)
+        except ValueError:
+            raise InvalidOptionError(
+                f"--env takes ID or ID:N_GROUPS (e.g. llmgym/FrozenLake-v0:8); got {text!r}: "
+                f"{count!r} is not an integer."
+            ) from None
+        return cls(id=env_id, n_groups=n_groups)
 
 
 @dataclass
@@ -99,7 +137,7 @@ def update_seed(seed: int, step: int) -> int:
     return int(step_seeds(seed, step, UPDATE_STREAM, count=1)[0] % 2**62)
 
 
-def plan_groups(envs: Sequence[EnvGroups], group_size: int, seed: int, step: int = 0) -> EpisodePlan:
+def plan_groups(envs: Sequence[EnvSpec], group_size: int, seed: int, step: int = 0) -> EpisodePlan:
     """``sum(n_groups) x group_size`` episodes; a group's members share one level seed.
 
     Groups are numbered across the mixture in order; the ``k``-th env's level seeds are
@@ -124,7 +162,7 @@ def plan_groups(envs: Sequence[EnvGroups], group_size: int, seed: int, step: int
     return EpisodePlan(starts, labels)
 
 
-def group_episodes(envs: Sequence[EnvGroups], group_size: int, seed: int, step: int = 0) -> list[EpisodeStart]:
+def group_episodes(envs: Sequence[EnvSpec], group_size: int, seed: int, step: int = 0) -> list[EpisodeStart]:
     """The episodes of :func:`plan_groups`, without their labels."""
     return plan_groups(envs, group_size, seed, step).starts
 
@@ -177,7 +215,7 @@ def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tupl
     return [(level.seed, level.options) for level in eval_set_levels(env_id, count, use_eval_set)]
 
 
-def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True, samples: int = 1) -> EpisodePlan:
+def plan_eval(envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True, samples: int = 1) -> EpisodePlan:
     """The episodes of a policy evaluation: the first ``levels`` eval levels of each env.
 
     Each level is played ``samples`` times in a row (the leaderboard's ``--samples``; the
@@ -203,6 +241,6 @@ def plan_eval(envs: Sequence[EnvGroups], levels: int, use_eval_set: bool = True,
 
 
 __all__ = [
-    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvGroups", "EnvMix", "EpisodePlan", "EvalLevel", "eval_levels",
+    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "eval_levels",
     "eval_set_levels", "group_episodes", "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
 ]

@@ -26,7 +26,7 @@ from llmgym_train.config import load_config
 from llmgym_train.data import Trajectory
 from llmgym_train.generation.base import Completion, SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.planner import EnvMix, plan_groups
+from llmgym_train.planner import EnvSpec, plan_groups
 from llmgym_train.staleness import NOT_SAMPLED
 from llmgym_train.testing import save_tiny_model
 from llmgym_train.trainer import CHECKPOINT_FILE, Trainer
@@ -141,7 +141,7 @@ def check_batches(trained: list[tuple[int, list[Trajectory]]], max_staleness: in
             assert NOT_SAMPLED not in sampled
             assert version - min(sampled) <= max_staleness, (version, trajectory.policy_versions)
             assert max(sampled) <= version, "no token from a policy newer than the one trained"
-        plan = plan_groups([EnvMix(TURNS_ENV_ID, GROUPS)], GROUP_SIZE, seed, version)
+        plan = plan_groups([EnvSpec(TURNS_ENV_ID, GROUPS)], GROUP_SIZE, seed, version)
         assert [(t.seed, t.group_id, t.episode_index) for t in trajectories] == [
             (start.seed, start.group_id, start.episode_index) for start in plan.starts
         ], f"batch {version} is not step {version}'s planned episodes"

@@ -10,7 +10,7 @@ import pytest
 
 from llmgym.error import InvalidOptionError
 from llmgym_train.config import EnvSpec
-from llmgym_train.planner import EnvMix, group_episodes, plan_eval, plan_groups, sampling_seed, step_seeds, update_seed
+from llmgym_train.planner import group_episodes, plan_eval, plan_groups, sampling_seed, step_seeds, update_seed
 
 
 def test_step_seeds_sampling_and_update_seeds_are_pinned() -> None:
@@ -32,7 +32,7 @@ def test_a_mixture_plans_the_trainers_groups_and_levels() -> None:
         (5, "llmgym/Sokoban-v0", 4107299323832339242, 2),
     ]
     assert plan.labels == ["llmgym/FrozenLake-v0"] * 4 + ["sok"] * 2
-    assert group_episodes([EnvMix("llmgym/FrozenLake-v0", 2), EnvMix("llmgym/Sokoban-v0")], 2, 7, 3) == plan.starts
+    assert group_episodes([EnvSpec("llmgym/FrozenLake-v0", 2), EnvSpec("llmgym/Sokoban-v0")], 2, 7, 3) == plan.starts
     with pytest.raises(InvalidOptionError, match="group_size must be >= 1"):
         plan_groups(mixture, group_size=0, seed=0)
 

@@ -15,7 +15,7 @@ from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory, make_samples
 from llmgym_train.generation import Completion, SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.planner import EnvSpec, group_episodes
 import llmgym_train.rollout as rollout_module
 from llmgym_train.rollout import rollout
 
@@ -61,7 +61,7 @@ def is_canonical(chat: ChatTokens, trajectory: Trajectory) -> bool:
 # ---------------------------------------------------------------------- tiny model, hf backend
 def test_rollout_groups_masks_and_metrics(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2)], group_size=3, seed=5)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=2)], group_size=3, seed=5)
     result = rollout(generator, chat, episodes, config=config())
     trajectories = result.trajectories
     assert [t.group_id for t in trajectories] == [0, 0, 0, 1, 1, 1]
@@ -86,7 +86,7 @@ def test_tiny_rollout_is_token_exact(tiny_setup: tuple[HfGenerator, ChatTokens])
     generator, chat = tiny_setup
     # A random model samples special tokens often, which no rendering reproduces: 8 short
     # episodes leave a few canonical ones to check.
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=4)], 2, seed=1)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=4)], 2, seed=1)
     result = rollout(generator, chat, episodes, config=config(max_tokens=8))
     checked = [t for t in result.trajectories if is_canonical(chat, t)]
     assert checked, "no trajectory to check"
@@ -96,7 +96,7 @@ def test_tiny_rollout_is_token_exact(tiny_setup: tuple[HfGenerator, ChatTokens])
 
 def test_same_seed_same_rollout(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=1)], group_size=2, seed=3)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=1)], group_size=2, seed=3)
     first = rollout(generator, chat, episodes, config=config())
     second = rollout(generator, chat, episodes, config=config())
     assert [t.token_ids for t in first.trajectories] == [t.token_ids for t in second.trajectories]
@@ -104,7 +104,7 @@ def test_same_seed_same_rollout(tiny_setup: tuple[HfGenerator, ChatTokens]) -> N
 
 def test_context_overflow_ends_the_episode_and_is_counted(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=1)], group_size=2, seed=0)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=1)], group_size=2, seed=0)
     prompt_length = len(chat.prompt(*_first_observation(episodes[0])))
     result = rollout(generator, chat, episodes, config=config(max_turns=10, max_tokens=8, context=prompt_length + 20))
     for trajectory in result.trajectories:
@@ -122,7 +122,7 @@ def _first_observation(episode: EpisodeStart) -> tuple[str, str]:
 
 def test_sample_layouts(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
-    trajectories = rollout(generator, chat, group_episodes([EnvMix(FROZEN_LAKE)], 2, seed=2), config=config()).trajectories
+    trajectories = rollout(generator, chat, group_episodes([EnvSpec(FROZEN_LAKE)], 2, seed=2), config=config()).trajectories
     sequences = make_samples(trajectories, "sequence")
     assert len(sequences) == len(trajectories)
     for sample, trajectory in zip(sequences, trajectories, strict=True):
@@ -150,7 +150,7 @@ def test_markov_agent_gives_each_turn_a_fresh_context(tiny_setup: tuple[HfGenera
     import gymnasium as gym
 
     generator, chat = tiny_setup
-    episodes = group_episodes([EnvMix("llmgym/FrozenLake-v1")], 2, seed=4)
+    episodes = group_episodes([EnvSpec("llmgym/FrozenLake-v1")], 2, seed=4)
     result = rollout(generator, chat, episodes, agent="markov", config=config(max_turns=4, max_tokens=6))
     samples = make_samples(result.trajectories, "turn", history_turns=5)
     for trajectory in result.trajectories:
@@ -182,7 +182,7 @@ def test_response_prefix_is_prompt_not_trained_and_the_env_reads_it(
     generator, _ = tiny_setup
     chat = ChatTokens(generator.tokenizer, response_prefix="<answer>")
     prefix = chat.encode("<answer>")
-    episodes = group_episodes([EnvMix("llmgym/FrozenLake-v1", n_groups=4)], 2, seed=4)
+    episodes = group_episodes([EnvSpec("llmgym/FrozenLake-v1", n_groups=4)], 2, seed=4)
     result = rollout(generator, chat, episodes, agent=agent, config=config(max_turns=4, max_tokens=6))
     for trajectory in result.trajectories:
         trajectory.check()
@@ -208,7 +208,7 @@ def test_response_prefix_is_prompt_not_trained_and_the_env_reads_it(
 
 def test_math_multi_turn_agent_retries_the_same_problem(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     generator, chat = tiny_setup
-    episodes = group_episodes([EnvMix("llmgym/Math-Easy-v0")], 2, seed=0)
+    episodes = group_episodes([EnvSpec("llmgym/Math-Easy-v0")], 2, seed=0)
     result = rollout(generator, chat, episodes, agent="math-multi-turn", config=config(max_turns=3))
     for trajectory in result.trajectories:
         assert not trajectory.success  # a random model does not solve equations
@@ -278,7 +278,7 @@ def test_a_fast_env_costs_no_engine_step_at_a_turn_boundary(char_tokenizer: Any,
     monkeypatch.setattr(rollout_module, "TURN_GRACE", 20.0)
     chat = ChatTokens(char_tokenizer)
     engine = StepCountingEngine(chat.encode("x")[0])
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2)], 2, seed=0)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=2)], 2, seed=0)
     rollout(engine, chat, episodes, config=config(max_turns=5, max_tokens=25, context=4096))
     quick = sorted((r for r in engine.submitted if r.startswith("0-")), key=lambda r: int(r.split("-")[1]))
     assert len(quick) == 5
@@ -313,7 +313,7 @@ class EchoTwiceAgent(Agent):
 def test_registered_custom_agent_runs_by_name(tiny_setup: tuple[HfGenerator, ChatTokens]) -> None:
     register_agent("echo-twice", EchoTwiceAgent)
     generator, chat = tiny_setup
-    result = rollout(generator, chat, group_episodes([EnvMix(FROZEN_LAKE)], 3, seed=0), agent="echo-twice", config=config())
+    result = rollout(generator, chat, group_episodes([EnvSpec(FROZEN_LAKE)], 3, seed=0), agent="echo-twice", config=config())
     assert all(len(t.turns) == 1 and t.end_reason == "max_turns" for t in result.trajectories)
     for trajectory in result.trajectories:
         trajectory.check()
@@ -333,7 +333,7 @@ def test_registering_a_non_agent_fails() -> None:
 @pytest.mark.vllm
 def test_smollm2_vllm_rollout_is_token_exact(vllm_generator: Any, smollm2_tokenizer: Any) -> None:
     chat = ChatTokens(smollm2_tokenizer)
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=4)], group_size=2, seed=0)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=4)], group_size=2, seed=0)
     agent_config = AgentConfig(
         sampling=SamplingSpec(max_tokens=48, temperature=0.5), max_turns=3, max_context_tokens=2048, sampling_seed=0
     )

@@ -22,11 +22,11 @@ from llmgym_train.data import Trajectory
 from llmgym_train.envs import EnvPool
 from llmgym_train.generation import Completion, SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.planner import EnvSpec, group_episodes
 from llmgym_train.rollout import RolloutResult, rollout
 
 #: Two envs, groups of two: FrozenLake for up to 3 turns, Sokoban for up to 2.
-MIXTURE = [EnvMix("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvMix("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
+MIXTURE = [EnvSpec("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvSpec("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
 CONFIG = AgentConfig(sampling=SamplingSpec(max_tokens=8, temperature=1.0), max_turns=3,
                      max_context_tokens=1024, sampling_seed=11)
 

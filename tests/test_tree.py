@@ -18,7 +18,7 @@ from llmgym_train.config import TreeConfig, load_config
 from llmgym_train.data import Trajectory, Turn
 from llmgym_train.generation import SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.planner import EnvSpec, group_episodes
 from llmgym_train.rollout import rollout
 from llmgym_train.tree import plan_tree, played_work, tree_forest, tree_samples
 
@@ -255,7 +255,7 @@ def _tree_rollout(
     generator: HfGenerator, chat: ChatTokens, agent: str = "chain", branch_turns: tuple[int, ...] = (1, 2), max_turns: int = 4
 ) -> list[Trajectory]:
     # Env turn limit 4, branches after turns 1 and 2: four episodes per group, two groups.
-    episodes = group_episodes([EnvMix(FROZEN_LAKE, n_groups=2, options={"max_turns": max_turns})], group_size=4, seed=7)
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=2, options={"max_turns": max_turns})], group_size=4, seed=7)
     config = AgentConfig(sampling=SamplingSpec(max_tokens=8, temperature=1.0), max_context_tokens=2048, sampling_seed=0)
     shape = TreeConfig(branch_turns=list(branch_turns), branches=2)
     return rollout(generator, chat, episodes, agent=agent, config=config, tree=shape).trajectories

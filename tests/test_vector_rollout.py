@@ -25,11 +25,11 @@ from llmgym_train.data import Trajectory
 from llmgym_train.envs import EnvPool, EnvTimer, VectorEpisodes
 from llmgym_train.generation import SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
-from llmgym_train.planner import EnvMix, group_episodes
+from llmgym_train.planner import EnvSpec, group_episodes
 from llmgym_train.rollout import rollout
 
 #: FrozenLake (3 turns) and Sokoban (2 turns), two groups and one, two episodes each.
-MIXTURE = [EnvMix("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvMix("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
+MIXTURE = [EnvSpec("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvSpec("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
 #: Recorded from the per-episode path (greedy: group members play alike).
 PINNED = ["b245d3358175e846"] * 2 + ["0ea84df3713def3e"] * 2 + ["e84280a7789b4af7"] * 2
 
@@ -82,7 +82,7 @@ def test_the_default_pool_plays_the_same(random_tiny_model: Any, char_tokenizer:
 
 
 def test_a_dead_env_worker_fails_its_batch_naming_the_episode() -> None:
-    episodes = group_episodes([EnvMix("llmgym/FrozenLake-v0", 2)], group_size=2, seed=1)
+    episodes = group_episodes([EnvSpec("llmgym/FrozenLake-v0", 2)], group_size=2, seed=1)
     venv = TextVectorEnv([EnvFactory("llmgym/FrozenLake-v0")] * 4, backend="process", num_workers=2,
                          autoreset_mode=AutoresetMode.DISABLED)
 
