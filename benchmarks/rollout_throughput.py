@@ -47,9 +47,13 @@ end, per workload and pattern tokens/s and episodes/s (median, range, every roun
 the top level ``ratio_vs_turn_synchronous`` and ``ratio_vs_replay`` (the ``varied``
 workload's medians) with ``uniform_ratio_vs_turn_synchronous`` and ``uniform_ratio_vs_replay``.
 
-Run (about 10 minutes on 2 idle cores): ``python -m benchmarks.rollout_throughput``.
+First, the engine's step time at a few batch sizes (``--decode-batches``, see
+:func:`decode_step_seconds`): on a CPU a decode step's time grows almost in proportion to the
+batch, which bounds what any rollout pattern can gain over another there.
+
+Run (about 15 minutes a round on 2 idle cores): ``python -m benchmarks.rollout_throughput``.
 A smoke run: ``python -m benchmarks.rollout_throughput --episodes 4 --turns 2 --rounds 1
---results-dir /tmp/rollout_smoke``.
+--decode-batches 1 2 --results-dir /tmp/rollout_smoke``.
 """
 
 from __future__ import annotations
@@ -271,6 +275,49 @@ def headline(workloads: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
+def decode_step_seconds(
+    generator: Any, batch_sizes: Sequence[int], prompt_tokens: int = 200, length: int = 24, seed: int = 0
+) -> dict[str, Any]:
+    """How long one engine step takes with ``batch`` requests decoding, for each batch size; and a fit.
+
+    Each size sends ``batch`` prompts of ``prompt_tokens`` random tokens (no shared prefix), each
+    generating exactly ``length`` tokens, and times every engine step; a step's time is the
+    median over the run (prefill steps are the few first, so the median is a decode step).
+    The fit ``step_s = fixed_s + per_sequence_s * batch`` (least squares) says what batching buys
+    on this machine: when ``fixed_s`` is small beside ``per_sequence_s * batch``, a step costs
+    about the same per sequence at any batch size, so how full a rollout pattern keeps the batch
+    hardly changes its tokens per second; only the steps it takes beyond the tokens it
+    generates (``fixed_s`` each) and its waits do.
+    """
+    import numpy as np
+
+    from benchmarks.rollout_patterns import VllmReplay
+    from llmgym_train.generation import SamplingSpec
+
+    engine = VllmReplay(generator, SamplingSpec(max_tokens=length, temperature=1.0))
+    rng = np.random.default_rng(seed)
+    vocabulary = int(generator.llm.llm_engine.model_config.get_vocab_size())
+    medians = {}
+    for batch in batch_sizes:
+        for request in range(batch):
+            prompt = rng.integers(100, vocabulary, size=prompt_tokens).tolist()
+            engine.submit(f"decode-{batch}-{request}", prompt, length)
+        steps, finished = [], 0
+        while finished < batch:
+            started = time.perf_counter()
+            finished += len(engine.poll())
+            steps.append(time.perf_counter() - started)
+        medians[batch] = statistics.median(steps)
+    sizes = np.array(list(medians), dtype=float)
+    per_sequence, fixed = np.polyfit(sizes, np.array(list(medians.values())), 1) if len(sizes) > 1 else (0.0, 0.0)
+    largest = max(medians)
+    return {"prompt_tokens": prompt_tokens, "tokens_per_request": length,
+            "step_s": {str(batch): seconds for batch, seconds in medians.items()},
+            "fit": {"fixed_s": float(fixed), "per_sequence_s": float(per_sequence)},
+            # Tokens per second at the largest batch over tokens per second at batch 1.
+            "batching_gain": (largest / medians[largest]) / (1 / medians[min(medians)])}
+
+
 def engine_record(generator: Any) -> dict[str, Any]:
     """The engine's settings that shape the figures (``None`` where this vLLM version keeps one elsewhere)."""
     engine = generator.llm.llm_engine
@@ -289,6 +336,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=None, help="episodes per pass (every workload)")
     parser.add_argument("--turns", type=int, default=None, help="turns per episode at most (every workload)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--decode-batches", type=int, nargs="*", default=[1, 4, 16, 64],
+                        help="batch sizes whose engine step time is measured first (none: skip)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -324,6 +373,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model)
     try:
         engine = engine_record(generator)
+        if args.decode_batches:
+            engine["decode"] = decode_step_seconds(generator, args.decode_batches, seed=args.seed)
+            fit = engine["decode"]["fit"]
+            print(f"engine step: {fit['fixed_s'] * 1e3:.1f} ms + {fit['per_sequence_s'] * 1e3:.2f} ms per sequence; "
+                  f"batch {max(args.decode_batches)} gives {engine['decode']['batching_gain']:.1f}x the tokens/s "
+                  f"of batch {min(args.decode_batches)}", flush=True)
         workloads = {workload.name: run_workload(generator, tokenizer, workload, args.rounds, args.seed)
                      for workload in chosen}
     finally:
