@@ -7,8 +7,8 @@ event loop and one :class:`~llmgym_train.rollout.EpisodeStream` on the trainer's
 * it starts batch ``t``'s episodes (the same plan, levels and groups a synchronous step ``t``
   plays) as soon as the :class:`~llmgym_train.staleness.StalenessController`'s gate lets ticket
   ``t * B`` start, that is once the engines hold version ``t - max_staleness``;
-* it applies each new policy the trainer publishes **between two engine steps** (holding the
-  stream's ``engine_lock``, which the inference loop holds while the engine steps), with the generator's
+* it applies each new policy the trainer publishes **between two engine calls** (the loop calls
+  the engine synchronously, so none is in progress then), with the generator's
   :meth:`~llmgym_train.generation.base.VersionedGenerator.publish`: vLLM's requests in flight
   go on under the new weights, their tokens already generated kept, so an episode started
   under version ``k`` finishes under ``k + 1`` and every token records the version that
@@ -268,7 +268,7 @@ class AsyncRollouts:
             self._start_restarted(batches)
             while not self._stopping:
                 self._wake.clear()
-                await self._apply_publication()
+                self._apply_publication()
                 self._start_batches(batches)
                 await self._wait(batches)
         except BaseException as error:
@@ -296,17 +296,15 @@ class AsyncRollouts:
             if task is self._stream.server:
                 raise ProducerFailed("the inference loop ended while the producer still runs.")
 
-    async def _apply_publication(self) -> None:
-        """Load the weights the trainer published, between two engine steps; then the gate opens one batch further."""
+    def _apply_publication(self) -> None:
+        """Load the weights the trainer published, between two engine calls; then the gate opens one batch further."""
         with self._condition:
             publication, self._shared.publication = self._shared.publication, None
         if publication is None:
             return
         version, weights = publication
-        assert self._stream is not None
-        async with self._stream.engine_lock:
-            started = time.perf_counter()
-            self.generator.publish(weights, version)
+        started = time.perf_counter()
+        self.generator.publish(weights, version)
         with self._condition:
             self._shared.publish_seconds += time.perf_counter() - started
             self.controller.advance()

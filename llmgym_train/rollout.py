@@ -22,7 +22,6 @@ asynchronous trainer's producer, :mod:`llmgym_train.async_loop`).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -163,9 +162,8 @@ class EpisodeStream:
     the same loop (continuous batching on a streaming generator, batches on a batch-only one)
     serves every episode :meth:`play` has started so far, so episodes of several training
     batches and evaluation episodes share the engine's running batch. Build, use and close it
-    in one running event loop. The engine steps on a thread of its own while the event loop
-    runs agents and envs; code of that loop that touches the engine otherwise (a weight
-    update) does so holding :attr:`engine_lock`, which the loop holds during each step.
+    in one running event loop; code of that loop may change the generator's weights between
+    two engine calls (the loop calls the engine synchronously, so no call is in progress then).
 
     Arguments:
         agent: the registered agent that plays episodes unless :meth:`play` names another.
@@ -188,12 +186,9 @@ class EpisodeStream:
         self._obs_queue: asyncio.Queue[GenerationRequest | None] = asyncio.Queue()
         self._act_queues: dict[int, asyncio.Queue[Completion]] = {}
         self._live = {"agents": 1}  # the stream itself holds the loop open until close()
-        #: Held by the loop during each engine step; hold it to call the engine from this event loop.
-        self.engine_lock = asyncio.Lock()
         #: The inference loop; it fails if the engine fails (await it or check ``done()``).
         self.server = asyncio.create_task(
-            _serve(generator, self._obs_queue, self._act_queues, self._live, self.timing, max_batch_wait,
-                   self.engine_lock)
+            _serve(generator, self._obs_queue, self._act_queues, self._live, self.timing, max_batch_wait)
         )
 
     @property
@@ -289,10 +284,9 @@ async def _serve(
     live: dict[str, int],
     timing: _Timing,
     max_batch_wait: float,
-    engine_lock: asyncio.Lock | None = None,
 ) -> None:
     if isinstance(generator, StreamingGenerator):
-        await _serve_streaming(generator, obs_queue, act_queues, live, timing, engine_lock or asyncio.Lock())
+        await _serve_streaming(generator, obs_queue, act_queues, live, timing)
     else:
         await _serve_batches(generator, obs_queue, act_queues, live, timing, max_batch_wait)
 
@@ -303,94 +297,86 @@ async def _serve_streaming(
     act_queues: dict[int, asyncio.Queue[Completion]],
     live: dict[str, int],
     timing: _Timing,
-    engine_lock: asyncio.Lock,
 ) -> None:
-    """Step the engine on a thread of its own, so agents and envs run on the event loop while it steps.
-
-    Every other engine call (submit, abort, a weight update under ``engine_lock``) is made on
-    the event loop's thread between two steps, never during one.
-    """
-    stepper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llmgym-engine")
-    loop = _Loop(generator, stepper, engine_lock, timing)
+    request_numbers = itertools.count()
+    owners: dict[str, int] = {}
     try:
-        await loop.run(obs_queue, act_queues, live)
+        await _stream(generator, obs_queue, act_queues, live, timing, owners, request_numbers)
     finally:
-        stepper.shutdown(wait=True)  # a step in flight (the loop was cancelled) ends before the abort below
-        if loop.owners:  # failed or cancelled: leave the engine without our half-done requests
-            generator.abort(list(loop.owners))
+        if owners:  # failed or cancelled: leave the engine without our half-done requests
+            generator.abort(list(owners))
 
 
-class _Loop:
-    """The streaming inference loop: submit what agents ask, step the engine, hand back what finished."""
-
-    def __init__(
-        self, generator: StreamingGenerator, stepper: concurrent.futures.Executor, engine_lock: asyncio.Lock,
-        timing: _Timing,
-    ) -> None:
-        self.generator, self.stepper, self.engine_lock, self.timing = generator, stepper, engine_lock, timing
-        #: Request id -> agent id of every request the engine holds.
-        self.owners: dict[str, int] = {}
-        self._numbers = itertools.count()
-
-    async def run(
-        self,
-        obs_queue: asyncio.Queue[GenerationRequest | None],
-        act_queues: dict[int, asyncio.Queue[Completion]],
-        live: dict[str, int],
-    ) -> None:
-        while live["agents"] > 0 or self.owners:
-            if not self.owners and obs_queue.empty():
-                self.submit(await obs_queue.get())
-            while not obs_queue.empty():
-                self.submit(obs_queue.get_nowait())
-            if not self.owners:
-                continue
-            finished, step_seconds = await self.step()
-            for request_id, completion in finished:
-                _deliver(act_queues, self.owners.pop(request_id), completion)
-            if finished:
-                await self.await_next_turns(obs_queue, len(finished), TURN_GRACE * step_seconds)
-            await asyncio.sleep(0)  # let woken agents run up to their next await
-
-    def submit(self, request: GenerationRequest | None) -> None:
-        if request is None:  # an agent ended (it wakes the loop to re-check how many are live)
-            return
-        request_id = f"{request.agent_id}-{next(self._numbers)}"
-        self.owners[request_id] = request.agent_id
-        self.generator.submit(request_id, request.token_ids, request.sampling)
-
-    async def step(self) -> tuple[list[tuple[str, Completion]], float]:
-        """One engine step on the stepper thread; what finished in it, and its seconds."""
-        async with self.engine_lock:
-            started = time.perf_counter()
-            finished = await asyncio.wrap_future(self.stepper.submit(self.generator.poll))
-            seconds = time.perf_counter() - started
-        self.timing.generation += seconds
-        self.timing.generation_calls += 1
-        return finished, seconds
-
-    async def await_next_turns(
-        self, obs_queue: asyncio.Queue[GenerationRequest | None], expected: int, grace: float
-    ) -> None:
-        """Submit what arrives until ``expected`` items came (a request or an agent's end) or ``grace`` s passed."""
-        deadline = time.perf_counter() + grace
-        for _ in range(expected):
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return
-            try:
-                request = await asyncio.wait_for(obs_queue.get(), remaining)
-            except TimeoutError:
-                return
-            self.submit(request)
+async def _stream(
+    generator: StreamingGenerator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    act_queues: dict[int, asyncio.Queue[Completion]],
+    live: dict[str, int],
+    timing: _Timing,
+    owners: dict[str, int],
+    request_numbers: itertools.count[int],
+) -> None:
+    while live["agents"] > 0 or owners:
+        if not owners and obs_queue.empty():
+            _submit(generator, await obs_queue.get(), owners, request_numbers)
+        while not obs_queue.empty():
+            _submit(generator, obs_queue.get_nowait(), owners, request_numbers)
+        if not owners:
+            continue
+        start = time.perf_counter()
+        finished = generator.poll()
+        step_seconds = time.perf_counter() - start
+        timing.generation += step_seconds
+        timing.generation_calls += 1
+        for request_id, completion in finished:
+            _deliver(act_queues, owners.pop(request_id), completion)
+        if finished:
+            grace = TURN_GRACE * step_seconds
+            await _await_next_turns(generator, obs_queue, len(finished), grace, owners, request_numbers)
+        await asyncio.sleep(0)  # let woken agents run up to their next await
 
 
 #: After an engine step that finished turns, the inference loop waits up to this share of that
 #: step's time for those agents' next requests before stepping again. An env that answers in
-#: far less (a grid game, a parser) then costs its episode no engine step at the turn boundary;
-#: a slower env's answer is taken at the first step boundary after it (agents and envs run
-#: while the engine steps), and the engine idles at most this share of its time.
+#: far less (a grid game, a parser) then costs its episode no engine step at the turn boundary:
+#: the episode's env call, its next prompt and the engine's next step follow each other instead
+#: of the env's answer waiting for an engine step that started without it. A slower env is not
+#: waited for past the share, so the engine idles at most this share of its time.
 TURN_GRACE = 0.05
+
+
+async def _await_next_turns(
+    generator: StreamingGenerator,
+    obs_queue: asyncio.Queue[GenerationRequest | None],
+    expected: int,
+    grace: float,
+    owners: dict[str, int],
+    request_numbers: itertools.count[int],
+) -> None:
+    """Submit what arrives on ``obs_queue`` until ``expected`` items came (a request or an agent's end) or ``grace`` s passed."""
+    deadline = time.perf_counter() + grace
+    for _ in range(expected):
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return
+        try:
+            request = await asyncio.wait_for(obs_queue.get(), remaining)
+        except TimeoutError:
+            return
+        _submit(generator, request, owners, request_numbers)
+
+
+def _submit(
+    generator: StreamingGenerator,
+    request: GenerationRequest | None,
+    owners: dict[str, int],
+    request_numbers: itertools.count[int],
+) -> None:
+    if request is None:
+        return
+    request_id = f"{request.agent_id}-{next(request_numbers)}"
+    owners[request_id] = request.agent_id
+    generator.submit(request_id, request.token_ids, request.sampling)
 
 
 async def _serve_batches(

@@ -490,7 +490,7 @@ class Trainer:
         }
 
     def _sync_weights(self) -> None:
-        if self.rollouts is not None:  # handed over now, loaded by the producer between two engine steps
+        if self.rollouts is not None:  # handed over now, loaded by the producer between two engine calls
             self.rollouts.publish(self.policy.export_weights(), self.step)
         elif self.config.rollout.backend != "hf" or self.config.distributed.enabled:
             self.generator.update_weights(self.policy.export_weights())

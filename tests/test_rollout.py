@@ -229,8 +229,8 @@ class StepCountingEngine:
     eos_token_ids: tuple[int, ...] = ()
     max_model_len = 4096
 
-    def __init__(self, token: int, step_seconds: float = 0.01) -> None:
-        self.token, self.step_seconds = token, step_seconds
+    def __init__(self, token: int) -> None:
+        self.token = token
         self.steps = 0
         self.running: dict[str, int] = {}
         self.submitted: dict[str, int] = {}
@@ -241,7 +241,7 @@ class StepCountingEngine:
         self.submitted[request_id] = self.steps
 
     def poll(self) -> list[tuple[str, Completion]]:
-        time.sleep(self.step_seconds)  # a step takes time; the loop's grace after it is a share of that
+        time.sleep(0.01)  # a step takes time; the loop's grace after it is a share of that
         self.steps += 1
         done = []
         for request_id in list(self.running):
@@ -272,35 +272,21 @@ class StepCountingEngine:
     def close(self) -> None: ...
 
 
-def turn_boundary_gaps(engine: StepCountingEngine, chat: ChatTokens) -> list[int]:
-    """Play two groups of FrozenLake on ``engine``; engine steps between each turn of episode 0 and its next."""
-    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=2)], 2, seed=0)
-    rollout(engine, chat, episodes, config=config(max_turns=5, max_tokens=25, context=4096))
-    quick = sorted((r for r in engine.submitted if r.startswith("0-")), key=lambda r: int(r.split("-")[1]))
-    assert len(quick) == 5
-    assert all(engine.steps > engine.finished[request] for request in quick), "the other episodes were still running"
-    return [engine.submitted[after] - engine.finished[before] for before, after in zip(quick, quick[1:])]
-
-
 def test_a_fast_env_costs_no_engine_step_at_a_turn_boundary(char_tokenizer: Any, monkeypatch: Any) -> None:
     # A grace of 20 steps' time (0.2 s), so that a slow test machine's thread hops fit in it;
     # the loop stops waiting as soon as the agents are back, which here is at once.
     monkeypatch.setattr(rollout_module, "TURN_GRACE", 20.0)
     chat = ChatTokens(char_tokenizer)
     engine = StepCountingEngine(chat.encode("x")[0])
+    episodes = group_episodes([EnvSpec(FROZEN_LAKE, n_groups=2)], 2, seed=0)
+    rollout(engine, chat, episodes, config=config(max_turns=5, max_tokens=25, context=4096))
+    quick = sorted((r for r in engine.submitted if r.startswith("0-")), key=lambda r: int(r.split("-")[1]))
+    assert len(quick) == 5
     # Each next turn of episode 0 was submitted before the engine's next step: while the other
     # episodes kept it stepping, the env's answer did not wait for a step that started without it.
-    assert turn_boundary_gaps(engine, chat) == [0, 0, 0, 0]
-
-
-def test_an_env_answer_that_misses_the_grace_joins_the_next_step(char_tokenizer: Any, monkeypatch: Any) -> None:
-    # No grace: the agent and its env run while the engine steps (100 ms here), so the next
-    # turn goes in at the first step boundary after the answer, one step later (the loop that
-    # stepped the engine on the event loop's thread lost up to five steps a boundary here).
-    monkeypatch.setattr(rollout_module, "TURN_GRACE", 0.0)
-    chat = ChatTokens(char_tokenizer)
-    engine = StepCountingEngine(chat.encode("x")[0], step_seconds=0.1)
-    assert turn_boundary_gaps(engine, chat) == [1, 1, 1, 1]
+    gaps = [engine.submitted[after] - engine.finished[before] for before, after in zip(quick, quick[1:])]
+    assert gaps == [0, 0, 0, 0]
+    assert all(engine.steps > engine.finished[request] for request in quick), "the other episodes were still running"
 
 
 # ---------------------------------------------------------------------- the agent API
