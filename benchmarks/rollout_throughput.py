@@ -48,8 +48,8 @@ the top level ``ratio_vs_turn_synchronous`` and ``ratio_vs_replay`` (the ``varie
 workload's medians) with ``uniform_ratio_vs_turn_synchronous`` and ``uniform_ratio_vs_replay``.
 
 First, the engine's step time at a few batch sizes (``--decode-batches``, see
-:func:`decode_step_seconds`): on a CPU a decode step's time grows almost in proportion to the
-batch, which bounds what any rollout pattern can gain over another there.
+:func:`decode_step_seconds`): what a step costs before its first sequence and per sequence,
+so what a pattern loses by each step it runs with a part of the batch.
 
 Run (about 15 minutes a round on 2 idle cores): ``python -m benchmarks.rollout_throughput``.
 A smoke run: ``python -m benchmarks.rollout_throughput --episodes 4 --turns 2 --rounds 1
@@ -284,10 +284,9 @@ def decode_step_seconds(
     generating exactly ``length`` tokens, and times every engine step; a step's time is the
     median over the run (prefill steps are the few first, so the median is a decode step).
     The fit ``step_s = fixed_s + per_sequence_s * batch`` (least squares) says what batching buys
-    on this machine: when ``fixed_s`` is small beside ``per_sequence_s * batch``, a step costs
-    about the same per sequence at any batch size, so how full a rollout pattern keeps the batch
-    hardly changes its tokens per second; only the steps it takes beyond the tokens it
-    generates (``fixed_s`` each) and its waits do.
+    on this machine: every step a rollout pattern runs costs ``fixed_s`` however few sequences
+    it holds, so a pattern that runs more steps for the same tokens (stragglers that finish a
+    turn a step late, turns that wait for the longest one) pays ``fixed_s`` for each.
     """
     import numpy as np
 

@@ -331,18 +331,30 @@ async def _stream(
         for request_id, completion in finished:
             _deliver(act_queues, owners.pop(request_id), completion)
         if finished:
-            grace = TURN_GRACE * step_seconds
+            grace = turn_grace(step_seconds, len(finished), len(owners))
             await _await_next_turns(generator, obs_queue, len(finished), grace, owners, request_numbers)
         await asyncio.sleep(0)  # let woken agents run up to their next await
 
 
-#: After an engine step that finished turns, the inference loop waits up to this share of that
-#: step's time for those agents' next requests before stepping again. An env that answers in
-#: far less (a grid game, a parser) then costs its episode no engine step at the turn boundary:
-#: the episode's env call, its next prompt and the engine's next step follow each other instead
-#: of the env's answer waiting for an engine step that started without it. A slower env is not
-#: waited for past the share, so the engine idles at most this share of its time.
+#: The least share of an engine step's time the loop waits after it for the next requests of
+#: the agents whose turns it finished (see :func:`turn_grace`).
 TURN_GRACE = 0.05
+
+
+def turn_grace(step_seconds: float, finished: int, running: int) -> float:
+    """Seconds the loop waits, after a step that finished ``finished`` turns, for those agents' next requests.
+
+    An episode whose env answers within the wait (a grid game, a parser) costs no engine step
+    at its turn boundary: its next turn joins the very next step instead of waiting for steps
+    that started without it, and of running its turn's last step late, in a batch of its own
+    (on this CPU a step costs about 60 ms before its first sequence). The wait idles the
+    ``running`` requests that are still decoding, so it is the finished share of the batch
+    times the step's time, and at least :data:`TURN_GRACE` of it: when a step finished every
+    request (a turn of lockstep episodes) the loop waits up to a whole step for all of them,
+    and a slower env is not waited for past that.
+    """
+    share = finished / max(finished + running, 1)
+    return step_seconds * max(TURN_GRACE, share)
 
 
 async def _await_next_turns(

@@ -289,6 +289,14 @@ def test_a_fast_env_costs_no_engine_step_at_a_turn_boundary(char_tokenizer: Any,
     assert all(engine.steps > engine.finished[request] for request in quick), "the other episodes were still running"
 
 
+def test_the_turn_grace_grows_with_the_share_of_the_batch_that_finished() -> None:
+    from llmgym_train.rollout import TURN_GRACE, turn_grace
+
+    assert turn_grace(0.3, finished=64, running=0) == pytest.approx(0.3)  # the engine idles anyway: a whole step
+    assert turn_grace(0.3, finished=16, running=48) == pytest.approx(0.075)
+    assert turn_grace(0.3, finished=1, running=63) == pytest.approx(TURN_GRACE * 0.3)
+
+
 # ---------------------------------------------------------------------- the agent API
 class EchoTwiceAgent(Agent):
     """A custom agent: asks for two completions per turn and acts with the second."""
