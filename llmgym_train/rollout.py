@@ -347,7 +347,7 @@ def turn_grace(step_seconds: float, finished: int, running: int) -> float:
     An episode whose env answers within the wait (a grid game, a parser) costs no engine step
     at its turn boundary: its next turn joins the very next step instead of waiting for steps
     that started without it, and of running its turn's last step late, in a batch of its own
-    (on this CPU a step costs about 60 ms before its first sequence). The wait idles the
+    (on this CPU a step costs about 70 ms before its first sequence). The wait idles the
     ``running`` requests that are still decoding, so it is the finished share of the batch
     times the step's time, and at least :data:`TURN_GRACE` of it: when a step finished every
     request (a turn of lockstep episodes) the loop waits up to a whole step for all of them,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import llmgym_train.rollout as rollout_module
 from llmgym.error import InvalidOptionError
 from llmgym_train.agents import Agent, AgentConfig, AsyncEnv, EpisodeStart, GenerationRequest, get_agent, register_agent
 from llmgym_train.chat import ChatTokens
@@ -16,7 +17,6 @@ from llmgym_train.data import Trajectory, make_samples
 from llmgym_train.generation import Completion, SamplingSpec
 from llmgym_train.generation.hf_backend import HfGenerator
 from llmgym_train.planner import EnvSpec, group_episodes
-import llmgym_train.rollout as rollout_module
 from llmgym_train.rollout import rollout
 
 FROZEN_LAKE = "llmgym/FrozenLake-v0"
@@ -290,11 +290,10 @@ def test_a_fast_env_costs_no_engine_step_at_a_turn_boundary(char_tokenizer: Any,
 
 
 def test_the_turn_grace_grows_with_the_share_of_the_batch_that_finished() -> None:
-    from llmgym_train.rollout import TURN_GRACE, turn_grace
-
+    turn_grace, least = rollout_module.turn_grace, rollout_module.TURN_GRACE
     assert turn_grace(0.3, finished=64, running=0) == pytest.approx(0.3)  # the engine idles anyway: a whole step
     assert turn_grace(0.3, finished=16, running=48) == pytest.approx(0.075)
-    assert turn_grace(0.3, finished=1, running=63) == pytest.approx(TURN_GRACE * 0.3)
+    assert turn_grace(0.3, finished=1, running=63) == pytest.approx(least * 0.3)
 
 
 # ---------------------------------------------------------------------- the agent API
