@@ -52,8 +52,11 @@ Presets (one per env family, in :data:`PRESETS`):
   about 7% of turns, mostly ``Down``, so the first steps rewarded "any valid move" and the
   policy settled on one move (entropy 5.2 -> 0.03 in six steps) before any success.
 * ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
-  choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2) on 6x6 rooms
-  with one box, 20 turns in training, the v1 default of 30 in evaluation.
+  choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2,
+  cosine decay to a tenth) on a mixture of 5x5 rooms (10 turns; optimal plans of 5.3 moves on
+  average) and 6x6 rooms (20 turns; 8.9 moves), two groups each, one box, at a learning rate of
+  3e-5; the v1 default of 30 turns in evaluation. On 6x6 rooms alone at a constant 2e-5, seed 0
+  made 9 steps in 45 minutes on a loaded machine and stayed at 0%.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -152,13 +155,18 @@ PRESETS: dict[str, Preset] = {
     ),
     "sokoban-v1": Preset(
         family="Sokoban",
-        train_envs=({"n_groups": 3, "options": {"max_turns": 20, "action_parser": "lenient"}},),
+        train_envs=tuple(
+            {"name": f"room-{size}x{size}", "n_groups": 2,
+             "options": {"dim_room": [size, size], "max_turns": turns, "action_parser": "lenient"}}
+            for size, turns in ((5, 10), (6, 20))
+        ),
         eval_options={"max_turns": 30, "action_parser": "lenient"},
         overrides=(
             *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
             "rollout.response_prefix=<answer>", 'rollout.choices=["Up","Down","Left","Right"]',
-            "rollout.max_new_tokens=1", "rollout.max_model_len=384", "optim.micro_batch_size=64", "optim.lr=2e-5",
-            "rollout.temperature=2.0", "eval.every=5", _SHORT_CONTEXT,
+            "rollout.max_new_tokens=1", "rollout.max_model_len=384", "optim.micro_batch_size=64", "optim.lr=3e-5",
+            "rollout.temperature=2.0", "eval.every=10", "optim.lr_schedule=cosine", "optim.lr_final=0.1",
+            _SHORT_CONTEXT,
         ),
     ),
     "sokoban": Preset(
