@@ -53,10 +53,14 @@ Presets (one per env family, in :data:`PRESETS`):
   policy settled on one move (entropy 5.2 -> 0.03 in six steps) before any success.
 * ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
   choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2,
-  cosine decay to a tenth) on a mixture of 5x5 rooms (10 turns; optimal plans of 5.3 moves on
-  average) and 6x6 rooms (20 turns; 8.9 moves), two groups each, one box, at a learning rate of
-  3e-5; the v1 default of 30 turns in evaluation. On 6x6 rooms alone at a constant 2e-5, seed 0
-  made 9 steps in 45 minutes on a loaded machine and stayed at 0%.
+  cosine decay to a tenth) at a learning rate of 3e-5, on a curriculum mixture of 6x6 one-box
+  rooms: levels that need 1, 2, 3 and 5 moves (``max_level_moves``; 4 to 10 turns; one group
+  each) beside the full distribution (two groups, 16 turns); evaluation on the frozen set with
+  the v1 default of 30 turns. Without the short levels the policy never saw a success: on
+  5x5 and 6x6 rooms of the full distribution seed 0 solved one episode of 320 in 10 steps
+  and its entropy fell from 1.06 to 0.81 nats
+  (``benchmarks/results/recipe_trials/sokoban-v1-rooms-5x5-6x6``); a random agent solves 46%
+  of the 1-move levels in 4 turns, 20% of the 2-move ones in 6, 4% of the full ones in 20.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -156,9 +160,9 @@ PRESETS: dict[str, Preset] = {
     "sokoban-v1": Preset(
         family="Sokoban",
         train_envs=tuple(
-            {"name": f"room-{size}x{size}", "n_groups": 2,
-             "options": {"dim_room": [size, size], "max_turns": turns, "action_parser": "lenient"}}
-            for size, turns in ((5, 10), (6, 20))
+            {"name": f"moves-{moves or 'any'}", "n_groups": groups,
+             "options": {"max_level_moves": moves, "max_turns": turns, "action_parser": "lenient"}}
+            for moves, groups, turns in ((1, 1, 4), (2, 1, 6), (3, 1, 8), (5, 1, 10), (None, 2, 16))
         ),
         eval_options={"max_turns": 30, "action_parser": "lenient"},
         overrides=(

@@ -124,6 +124,28 @@ def test_generated_levels_are_well_formed_and_nontrivial(dim_room, num_boxes):
             assert optimal_steps(level) >= MIN_SINGLE_BOX_MOVES
 
 
+@pytest.mark.parametrize("max_level_moves", [1, 2, 3, 6])
+def test_max_level_moves_caps_the_moves_a_level_needs(max_level_moves):
+    env = gym.make("llmgym/Sokoban-v1", max_level_moves=max_level_moves)
+    needed = []
+    for seed in range(40):
+        _, info = env.reset(seed=seed)
+        level = parse_xsb(env.unwrapped.level())
+        assert not set(level.boxes) & set(level.targets)
+        assert info["optimal_steps"] == optimal_steps(level) <= max_level_moves
+        needed.append(info["optimal_steps"])
+    # Most rooms have positions that far: the cap is where levels are drawn, not a ceiling far above.
+    assert np.mean(np.array(needed) == max_level_moves) > 0.8
+
+
+def test_without_max_level_moves_levels_are_those_of_the_frozen_sets():
+    capped, plain = gym.make("llmgym/Sokoban-v1", max_level_moves=None), gym.make("llmgym/Sokoban-v1")
+    for seed in range(10):
+        capped.reset(seed=seed)
+        plain.reset(seed=seed)
+        assert capped.unwrapped.level() == plain.unwrapped.level()
+
+
 def test_generator_is_a_pure_function_of_the_rng():
     first = generate_level(np.random.default_rng(42), (8, 8), 2)
     assert generate_level(np.random.default_rng(42), (8, 8), 2) == first
@@ -140,6 +162,9 @@ def test_generator_is_a_pure_function_of_the_rng():
         ({"dim_room": "big"}, "pair of ints"),
         ({"max_actions_per_turn": 0}, "max_actions_per_turn must be >= 1"),
         ({"solve_budget": -5}, "solve_budget must be None"),
+        ({"max_level_moves": 0}, "max_level_moves must be None or an int >= 1"),
+        ({"max_level_moves": 3, "num_boxes": 2}, "max_level_moves needs one box"),
+        ({"max_level_moves": 3, "dim_room": (8, 8)}, "at most 30 inner cells"),
     ],
 )
 def test_impossible_settings_raise_value_errors_naming_the_limit(kwargs, message):

@@ -6,7 +6,7 @@ import functools
 from typing import Any, ClassVar, Literal
 
 from llmgym.core import Outcome, TextEnv, level_rng
-from llmgym.envs.sokoban.generator import check_settings, generate_level
+from llmgym.envs.sokoban.generator import check_max_level_moves, check_settings, generate_level
 from llmgym.envs.sokoban.level import ACTIONS, Level, PaddedMaze, direction_offsets, parse_xsb
 from llmgym.envs.sokoban.solver import Solver
 from llmgym.error import InvalidOptionError
@@ -64,6 +64,9 @@ class SokobanEnv(TextEnv):
     - ``dim_room``: (rows, columns) of generated rooms, walls included; 5 to 32 each. Default (6, 6).
     - ``num_boxes``: boxes in generated levels, 1 to ``max_boxes(dim_room)`` (3 for 6x6, 5 for 8x8,
       7 for 10x10; see :func:`~llmgym.envs.sokoban.generator.max_boxes`). Default 1.
+    - ``max_level_moves``: a curriculum knob for one box in rooms of at most 30 inner cells
+      (up to 7x7): generated levels need exactly this many moves, or the room's most when it
+      has no position that far. Default ``None``: the room's most, as the eval sets use.
     - ``max_turns``: turns before truncation. Default 100.
     - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
     - ``grid``: ``"compact"`` (v0: ``#_$._#``) or ``"spaced"`` (v1: ``# _ $ . _ #``).
@@ -97,6 +100,7 @@ class SokobanEnv(TextEnv):
         *,
         dim_room: tuple[int, int] = (6, 6),
         num_boxes: int = 1,
+        max_level_moves: int | None = None,
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
         grid: Literal["compact", "spaced"] = "compact",
@@ -108,6 +112,7 @@ class SokobanEnv(TextEnv):
         action_parser: ActionParser | str | None = None,
     ) -> None:
         self.dim_room = check_settings(dim_room, num_boxes)
+        check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
         if max_actions_per_turn < 1:
             raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
         if grid not in ("compact", "spaced"):
@@ -126,6 +131,7 @@ class SokobanEnv(TextEnv):
             action_parser=action_parser,
         )
         self.num_boxes = num_boxes
+        self.max_level_moves = max_level_moves
         self.max_actions_per_turn = max_actions_per_turn
         self.solve_budget = solve_budget
         self.grid = grid
@@ -154,7 +160,7 @@ class SokobanEnv(TextEnv):
             level = parse_xsb(options["level"])
         else:
             level_seed = self._draw_level_seed()
-            level = generate_level(level_rng(level_seed), self.dim_room, self.num_boxes)
+            level = generate_level(level_rng(level_seed), self.dim_room, self.num_boxes, self.max_level_moves)
             info["seed"] = level_seed
         self._load(level)
         info["optimal_steps"] = self._optimal_steps(len(level.boxes))

@@ -90,6 +90,28 @@ def check_settings(dim_room: tuple[int, int], num_boxes: int) -> tuple[int, int]
     return height, width
 
 
+def check_max_level_moves(max_level_moves: int | None, dim_room: tuple[int, int], num_boxes: int) -> None:
+    """Validate a cap on generated levels' fewest moves (``None``: no cap).
+
+    Raises:
+        InvalidOptionError: ``max_level_moves`` is below 1, or set for more than one box or for a
+            room whose inner area exceeds :data:`EXHAUSTIVE_FLOOR_CELLS` cells (there levels
+            come from one random reverse walk, whose depth is not known exactly).
+    """
+    if max_level_moves is None:
+        return
+    if isinstance(max_level_moves, bool) or not isinstance(max_level_moves, int) or max_level_moves < 1:
+        raise InvalidOptionError(f"max_level_moves must be None or an int >= 1, got {max_level_moves!r}.")
+    height, width = dim_room
+    inner_cells = (height - 2) * (width - 2)
+    if num_boxes != 1 or inner_cells > EXHAUSTIVE_FLOOR_CELLS:
+        raise InvalidOptionError(
+            f"max_level_moves needs one box in a room of at most {EXHAUSTIVE_FLOOR_CELLS} inner cells "
+            f"(up to 7x7 walls included), got {num_boxes} box(es) in {height}x{width}. "
+            "Drop max_level_moves, or use num_boxes=1 and a smaller dim_room."
+        )
+
+
 def max_boxes(dim_room: tuple[int, int]) -> int:
     """The most boxes :func:`generate_level` places in a room of ``dim_room`` (walls included).
 
@@ -102,12 +124,22 @@ def max_boxes(dim_room: tuple[int, int]) -> int:
     return 1 if inner_cells < 16 else math.isqrt(inner_cells) - 1
 
 
-def generate_level(rng: np.random.Generator, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1) -> Level:
+def generate_level(
+    rng: np.random.Generator,
+    dim_room: tuple[int, int] = (6, 6),
+    num_boxes: int = 1,
+    max_level_moves: int | None = None,
+) -> Level:
     """A random solvable level of ``dim_room`` (walls included) with ``num_boxes`` boxes, none on a target.
 
-    The level depends only on ``rng``'s state: the same seed gives the same level anywhere.
+    ``max_level_moves`` (one box in a room of at most :data:`EXHAUSTIVE_FLOOR_CELLS` inner cells
+    only, see :func:`check_max_level_moves`) caps the fewest moves the level needs: it is drawn
+    among the positions that need exactly ``max_level_moves`` moves, or the room's deepest when the
+    room has none that far. ``None`` draws the deepest. The level depends only on ``rng``'s
+    state (and the settings): the same seed gives the same level anywhere.
     """
     height, width = check_settings(dim_room, num_boxes)
+    check_max_level_moves(max_level_moves, (height, width), num_boxes)
     inner_cells = (height - 2) * (width - 2)
     # Crowded rooms get more floor, so that the boxes have room to leave their targets.
     crowding = (num_boxes - 1) / max(1, max_boxes((height, width)) - 1)
@@ -116,7 +148,7 @@ def generate_level(rng: np.random.Generator, dim_room: tuple[int, int] = (6, 6),
         floor_cells = min(inner_cells, max(num_boxes + 2, round(share * inner_cells)))
         walls = carve_room(rng, height, width, floor_cells)
         if num_boxes == 1 and floor_cells <= EXHAUSTIVE_FLOOR_CELLS:
-            level = deepest_single_box(rng, walls, height, width)
+            level = deepest_single_box(rng, walls, height, width, max_level_moves)
             if level is not None:
                 return level
             continue
@@ -164,14 +196,18 @@ def carve_room(rng: np.random.Generator, height: int, width: int, floor_cells: i
     return walls
 
 
-def deepest_single_box(rng: np.random.Generator, walls: bytearray, height: int, width: int) -> Level | None:
+def deepest_single_box(
+    rng: np.random.Generator, walls: bytearray, height: int, width: int, max_level_moves: int | None = None
+) -> Level | None:
     """A one-box level on a random target that needs the most moves this room allows, or ``None``.
 
     Breadth-first backwards from every solved position (box on the target, player anywhere).
     A state (box, player) is reached backwards from (box, player + step) by the player stepping
     back (a forward walk), and, when the box sits at ``player + 2 * step``, also by pulling it to
     ``player + step`` (a forward push). The search's distance is the exact fewest moves forwards.
-    ``None`` when even the furthest position needs fewer than :data:`MIN_SINGLE_BOX_MOVES` moves.
+    ``None`` when even the furthest position needs fewer than :data:`MIN_SINGLE_BOX_MOVES` moves
+    (or than ``max_level_moves``, when that is smaller). With ``max_level_moves`` the search
+    stops at that depth, so the level needs at most that many moves.
     """
     floor = [cell for cell, wall in enumerate(walls) if not wall]
     size = len(walls)
@@ -182,7 +218,7 @@ def deepest_single_box(rng: np.random.Generator, walls: bytearray, height: int, 
     for state in layer:
         seen[state] = 1
     moves = 0
-    while True:
+    while max_level_moves is None or moves < max_level_moves:
         reached = []
         for state in layer:
             box, player = divmod(state, size)
@@ -203,7 +239,7 @@ def deepest_single_box(rng: np.random.Generator, walls: bytearray, height: int, 
             break
         layer = reached
         moves += 1
-    if moves < MIN_SINGLE_BOX_MOVES:
+    if moves < min(MIN_SINGLE_BOX_MOVES, max_level_moves or MIN_SINGLE_BOX_MOVES):
         return None
     box, player = divmod(layer[int(rng.integers(len(layer)))], size)
     return Level(height, width, bytes(walls), (target,), (box,), player)
