@@ -54,13 +54,21 @@ Presets (one per env family, in :data:`PRESETS`):
 * ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
   choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2,
   cosine decay to a tenth) at a learning rate of 3e-5, on a curriculum mixture of 6x6 one-box
-  rooms: levels that need 1, 2, 3 and 5 moves (``max_level_moves``; 4 to 10 turns; one group
-  each) beside the full distribution (two groups, 16 turns); evaluation on the frozen set with
-  the v1 default of 30 turns. Without the short levels the policy never saw a success: on
-  5x5 and 6x6 rooms of the full distribution seed 0 solved one episode of 320 in 10 steps
-  and its entropy fell from 1.06 to 0.81 nats
-  (``benchmarks/results/recipe_trials/sokoban-v1-rooms-5x5-6x6``); a random agent solves 46%
-  of the 1-move levels in 4 turns, 20% of the 2-move ones in 6, 4% of the full ones in 20.
+  rooms: levels that need 1, 2, 3 and 5 moves (``max_level_moves``; 4 to 10 turns) beside the
+  full distribution (16 turns), two groups each, with no step penalty in training
+  (``step_penalty=0``); evaluation on the frozen set with the v1 defaults (30 turns).
+  Why each part:
+
+  - Without the short levels the policy never saw a success: on 5x5 and 6x6 rooms of the full
+    distribution seed 0 solved one episode of 320 in 10 steps and its entropy fell from 1.06 to
+    0.81 nats (``benchmarks/results/recipe_trials/sokoban-v1-rooms-5x5-6x6``). A random agent
+    solves 46% of the 1-move levels in 4 turns, 20% of the 2-move ones in 6, 4% of the full
+    ones in 20.
+  - With the -0.1 step penalty the returns-to-go of one state in failed episodes differ by the
+    turns left, whatever was played, so nearly every turn sample carried an advantage (0-6 of
+    about 470 had none) that was noise: with one group per short level and the penalty, 10
+    steps left greedy eval at 0% (``benchmarks/results/recipe_trials/sokoban-v1-curriculum-penalty``).
+    At 0, failed groups return 0 and the update skips their samples.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -161,8 +169,9 @@ PRESETS: dict[str, Preset] = {
         family="Sokoban",
         train_envs=tuple(
             {"name": f"moves-{moves or 'any'}", "n_groups": groups,
-             "options": {"max_level_moves": moves, "max_turns": turns, "action_parser": "lenient"}}
-            for moves, groups, turns in ((1, 1, 4), (2, 1, 6), (3, 1, 8), (5, 1, 10), (None, 2, 16))
+             "options": {"max_level_moves": moves, "max_turns": turns, "step_penalty": 0.0,
+                         "action_parser": "lenient"}}
+            for moves, groups, turns in ((1, 2, 4), (2, 2, 6), (3, 2, 8), (5, 2, 10), (None, 2, 16))
         ),
         eval_options={"max_turns": 30, "action_parser": "lenient"},
         overrides=(

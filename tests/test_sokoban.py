@@ -255,6 +255,15 @@ def test_moves_and_final_push_rewards():
     assert "onto a target" in observation and "#__@*#" in observation
 
 
+def test_step_penalty_sets_the_reward_of_every_move():
+    env = gym.make("llmgym/Sokoban-v1", step_penalty=0.0)
+    env.reset(options={"level": "#####\n#@$.#\n#####"})
+    _, reward, terminated, _, _ = env.step("<answer>Up</answer>")  # blocked by the wall
+    assert (reward, terminated) == (0.0, False)
+    _, reward, terminated, _, info = env.step("<answer>Right</answer>")
+    assert (reward, terminated, info["success"]) == (BOX_ON_TARGET + SOLVED_BONUS, True, True)
+
+
 def test_pushing_a_box_off_a_target_costs_a_point():
     env = SokobanEnv()
     env.reset(options={"level": "#######\n#@*   #\n#   $.#\n#######"})

@@ -51,8 +51,9 @@ class SokobanEnv(TextEnv):
     line gives the player's row and column (1-based, row 1 at the top).
 
     ## Rewards
-    Per move in a turn: ``-0.1``; ``+1`` for pushing a box onto a target, ``-1`` for pushing one
-    off; ``+10`` when the last box reaches a target. A turn's reward is the sum over its moves.
+    Per move in a turn: ``step_penalty`` (default ``-0.1``); ``+1`` for pushing a box onto a
+    target, ``-1`` for pushing one off; ``+10`` when the last box reaches a target. A turn's
+    reward is the sum over its moves.
     An invalid turn: ``invalid_penalty`` (default ``-0.1``). ``info["success"]`` is True once
     every box is on a target, whatever the reward.
 
@@ -67,6 +68,10 @@ class SokobanEnv(TextEnv):
     - ``max_level_moves``: a curriculum knob for one box in rooms of at most 30 inner cells
       (up to 7x7): generated levels need exactly this many moves, or the room's most when it
       has no position that far. Default ``None``: the room's most, as the eval sets use.
+    - ``step_penalty``: the reward of every move (default ``-0.1``). For training with
+      returns-to-go: with a penalty, two visits of one state in failed episodes differ in
+      return by the turns left after them, whatever was played; at ``0`` failed episodes
+      return 0 and only solving (discounted by the trainer) is rewarded.
     - ``max_turns``: turns before truncation. Default 100.
     - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
     - ``grid``: ``"compact"`` (v0: ``#_$._#``) or ``"spaced"`` (v1: ``# _ $ . _ #``).
@@ -101,6 +106,7 @@ class SokobanEnv(TextEnv):
         dim_room: tuple[int, int] = (6, 6),
         num_boxes: int = 1,
         max_level_moves: int | None = None,
+        step_penalty: float = STEP_PENALTY,
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
         grid: Literal["compact", "spaced"] = "compact",
@@ -132,6 +138,7 @@ class SokobanEnv(TextEnv):
         )
         self.num_boxes = num_boxes
         self.max_level_moves = max_level_moves
+        self.step_penalty = float(step_penalty)
         self.max_actions_per_turn = max_actions_per_turn
         self.solve_budget = solve_budget
         self.grid = grid
@@ -274,12 +281,12 @@ class SokobanEnv(TextEnv):
         player, has_box = self._player, self._has_box
         ahead = player + step
         if self._maze.walls[ahead]:
-            return STEP_PENALTY, _BLOCKED_BY_WALL, False
-        reward, message = STEP_PENALTY, _MOVED
+            return self.step_penalty, _BLOCKED_BY_WALL, False
+        reward, message = self.step_penalty, _MOVED
         if has_box[ahead]:
             beyond = ahead + step
             if self._maze.walls[beyond] or has_box[beyond]:
-                return STEP_PENALTY, _BLOCKED_BOX, False
+                return self.step_penalty, _BLOCKED_BOX, False
             has_box[ahead], has_box[beyond] = 0, 1
             onto, off = self._is_target[beyond], self._is_target[ahead]
             self._boxes_off_target += off - onto
