@@ -23,6 +23,9 @@ optimizer moments and activations. tracemalloc does not see torch's allocations.
   episode however many there are, so the peak does not grow with ``--episodes``.
 * ``checkpointing`` / ``no-checkpointing``: ``model_options.gradient_checkpointing`` (each
   layer keeps only its input and recomputes the rest in the backward).
+* ``release`` / ``no-release``: ``update.release_memory`` (after each pass's backward the C
+  heap's freed pages go back to the kernel; without it glibc keeps them mapped, and they
+  count in the resident peak).
 * ``head_chunk=N``: ``model_options.head_chunk_tokens``, the positions whose full-vocabulary
   logits are alive at once (0: a pass's all at once, as before chunking).
 
@@ -89,7 +92,10 @@ def _step(policy: Any, optimizer: Any, batch: Any, config: Any) -> int:
 
     budget = config.update.micro_batch_tokens
     policy.train()
-    stats = accumulate_gradients(policy, batch, config.optim.micro_batch_size, config.loss, config.algo, max_tokens=budget)
+    stats = accumulate_gradients(
+        policy, batch, config.optim.micro_batch_size, config.loss, config.algo, max_tokens=budget,
+        release_memory=config.update.release_memory,
+    )
     assert stats["loss"] == stats["loss"], "the step's loss is not finite"
     optimizer_step(policy, optimizer, config.optim.max_grad_norm)
     return sum(1 for _ in micro_batches(batch, config.optim.micro_batch_size, budget))
@@ -106,12 +112,14 @@ def setting_values(setting: str) -> dict[str, Any]:
             values["update.micro_batch_tokens"] = int(number or part)
         elif part in ("checkpointing", "no-checkpointing"):
             values["model_options.gradient_checkpointing"] = part == "checkpointing"
+        elif part in ("release", "no-release"):
+            values["update.release_memory"] = part == "release"
         elif name == "head_chunk" and number.isdigit():
             values["model_options.head_chunk_tokens"] = int(number)
         else:
             raise SystemExit(
                 f"--settings entries are 'default' or '+'-joined tokens=N, checkpointing, no-checkpointing, "
-                f"head_chunk=N; got {part!r} in {setting!r}."
+                f"release, no-release, head_chunk=N; got {part!r} in {setting!r}."
             )
     return values
 
@@ -153,6 +161,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "micro_batch_tokens": config.update.micro_batch_tokens,
         "gradient_checkpointing": config.model_options.gradient_checkpointing,
+        "release_memory": config.update.release_memory,
         "head_chunk_tokens": config.model_options.head_chunk_tokens,
         "micro_batch_size": config.optim.micro_batch_size,
         "micro_batches": micro,

@@ -249,6 +249,10 @@ class UpdateConfig:
     #: The default is one full default context (``rollout.max_model_len``); see
     #: ``benchmarks/step_memory.py`` for what a step then peaks at.
     micro_batch_tokens: int = 2048
+    #: After each pass's backward, return the C heap's freed pages to the kernel (glibc's
+    #: ``malloc_trim``; nothing elsewhere): a step at 16 x 2,048 tokens then peaks about 1 GB
+    #: lower, for a few percent of its time (``benchmarks/step_memory.py``).
+    release_memory: bool = True
 
     def __post_init__(self) -> None:
         _check_range("update", "micro_batch_tokens", self.micro_batch_tokens, 0)

@@ -479,6 +479,7 @@ class Trainer:
         result = run_epochs(
             self.policy, self.optimizer, batch, optim=config.optim, loss=config.loss, algo=config.algo,
             generator=generator, divisor=divisor, max_tokens=config.update.micro_batch_tokens,
+            release_memory=config.update.release_memory,
         )
         self.nan_steps += int(result.non_finite)
         self.nan_streak = self.nan_streak + 1 if result.non_finite else 0

@@ -17,6 +17,7 @@ import torch
 from llmgym_train.algorithms import aggregate, clipped_surrogate, decoupled_surrogate, kl_divergence, value_loss
 from llmgym_train.batching import Batch, token_budget_groups
 from llmgym_train.config import LossConfig, OptimConfig
+from llmgym_train.heap import release_freed_memory
 from llmgym_train.policy import Policy, same_context_rows
 
 
@@ -119,7 +120,7 @@ def micro_batch_loss(
 
 def accumulate_gradients(
     policy: Policy, minibatch: Batch, micro_batch_size: int, loss: LossConfig, algo: str,
-    divisor: float | None = None, max_tokens: int = 0,
+    divisor: float | None = None, max_tokens: int = 0, release_memory: bool = False,
 ) -> dict[str, float]:
     """Backward the minibatch's loss in micro-batches (``micro_batch_size`` samples, ``max_tokens`` padded tokens); gradients add up in ``.grad``.
 
@@ -127,6 +128,8 @@ def accumulate_gradients(
     a non-finite loss is reported as ``loss = nan`` and stops the accumulation early.
     ``divisor``: the loss normalizer when ``minibatch`` is part of a larger batch whose other
     samples carry no gradient (see :func:`with_signal`); default: the minibatch's own.
+    ``release_memory``: after each backward, hand the heap's freed pages back to the kernel
+    (:func:`~llmgym_train.heap.release_freed_memory`), so passes do not pile up retained memory.
     """
     divisor = divisor or normalizer(minibatch, loss.aggregation)
     totals: dict[str, float] = {}
@@ -137,6 +140,8 @@ def accumulate_gradients(
         if not torch.isfinite(micro_loss):
             return {"loss": math.nan}
         micro_loss.backward()
+        if release_memory:
+            release_freed_memory()
         share = _share(micro, minibatch, loss.aggregation)
         for name, value in stats.items():
             # policy/value/kl/entropy come normalized by the minibatch divisor: they add up.
@@ -222,6 +227,7 @@ def run_epochs(
     generator: torch.Generator,
     divisor: float | None = None,
     max_tokens: int = 0,
+    release_memory: bool = False,
 ) -> EpochsResult:
     """``optim.ppo_epochs`` passes over ``batch`` in shuffled minibatches, one optimizer step each.
 
@@ -237,7 +243,8 @@ def run_epochs(
         for start in range(0, len(batch), size):
             minibatch = batch.select(order[start : start + size])
             stats = accumulate_gradients(
-                policy, minibatch, optim.micro_batch_size, loss, algo, divisor, max_tokens=max_tokens
+                policy, minibatch, optim.micro_batch_size, loss, algo, divisor, max_tokens=max_tokens,
+                release_memory=release_memory,
             )
             norm = optimizer_step(policy, optimizer, optim.max_grad_norm) if math.isfinite(stats["loss"]) else None
             if norm is None:
