@@ -406,12 +406,13 @@ def main(argv: list[str] | None = None) -> None:
     records = eval_records(args.env, config.eval.levels)
     results_dir = args.results_dir.resolve()
     path = results_dir / f"{result_name(args.env)}.json"
-    document = load_document(path)
-    check_compatible(document, args.env, level_summary(args.env, records), eval_options)
-    document = with_baselines(document, args.env, records, eval_options, recompute=args.baselines_only)
+    stored = load_document(path)
+    check_compatible(stored, args.env, level_summary(args.env, records), eval_options)
+    document = with_baselines(stored, args.env, records, eval_options, recompute=args.baselines_only)
     document = with_seed_rows(document, seed_rows(document))
     if not args.baselines_only:
-        write_result(result_name(args.env), document, results_dir)  # the baselines, before hours of training
+        if document != stored:  # new baselines, written before hours of training; else the file and its provenance stay
+            write_result(result_name(args.env), document, results_dir)
         run = train_seed(config, args.env, spec.label, results_dir)
         run["preset"] = preset_name
         # Reread: another seed may have been merged while this one trained.

@@ -20,6 +20,7 @@ from benchmarks.baselines import (
     play_moves,
     random_baseline,
 )
+from benchmarks import learning_curve
 from benchmarks.learning_curve import PER_SEED_KEYS, check_compatible, level_summary, main, merge_seed
 from llmgym.envs.frozen_lake import generate_map
 from llmgym.error import InvalidOptionError
@@ -145,3 +146,19 @@ def test_baselines_only_writes_baselines_and_keeps_the_seeds(tmp_path: Path) -> 
     main(arguments)
     document = json.loads(path.read_text())
     assert document["seeds"] == [1] and document["eval_success_after"] == [0.5] and "commit" in document
+
+
+def test_a_stopped_seed_leaves_the_results_file_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    main(["--env", LAKE, "--baselines-only", "--results-dir", str(tmp_path)])
+    path = tmp_path / "learning_curve_FrozenLake-v0.json"
+    path.write_text(json.dumps(merge_seed(json.loads(path.read_text()), 1, _run(0.5))))
+    recorded = path.read_text()
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(learning_curve, "train_seed", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--env", LAKE, "--seed", "0", "--results-dir", str(tmp_path)])
+    # Same baselines: the recorded seeds keep the provenance they were written with.
+    assert path.read_text() == recorded
