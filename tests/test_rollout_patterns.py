@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from benchmarks.rollout_patterns import GeneratorReplay, replay, replay_plan, turn_synchronous_rollout
+from benchmarks.rollout_patterns import (
+    GeneratorReplay,
+    RecordedEnvs,
+    replay,
+    replay_plan,
+    turn_synchronous_replay,
+    turn_synchronous_rollout,
+)
 from benchmarks.rollout_throughput import PATTERNS, round_orders, summarize
 from llmgym_train.agents import AgentConfig
 from llmgym_train.chat import ChatTokens
@@ -52,19 +59,25 @@ class RecordingGenerator:
 class ScriptedReplay:
     """A replay engine that answers each request with the tokens the rollout generated for that turn."""
 
-    def __init__(self, trajectories: Sequence[Trajectory]) -> None:
+    def __init__(self, trajectories: Sequence[Trajectory], newest_first: bool = False) -> None:
         self.trajectories = trajectories
+        self.newest_first = newest_first
         self.prompts: list[list[int]] = []
+        self.turns: list[int] = []
         self._finished: list[tuple[str, tuple[int, ...]]] = []
 
     def submit(self, request_id: str, prompt: Sequence[int], length: int) -> None:
         episode, turn = (int(part) for part in request_id.split(":"))
         played = self.trajectories[episode].turns[turn]
         self.prompts.append(list(prompt))
+        self.turns.append(turn)
         generated = self.trajectories[episode].token_ids[played.start : played.end]
         self._finished.append((request_id, tuple(generated)))
 
     def poll(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Every request submitted so far; ``newest_first``: only the latest one (a request that overtakes)."""
+        if self.newest_first:
+            return [self._finished.pop()] if self._finished else []
         finished, self._finished = self._finished, []
         return finished
 
@@ -124,11 +137,39 @@ def test_the_replay_asks_for_the_rollouts_prompts_and_token_counts(
     assert played.episodes == len(ours.trajectories)
 
 
-def test_rounds_rotate_the_order_and_ratios_are_taken_within_a_round() -> None:
+def test_the_turn_synchronous_replay_waits_for_every_turn_and_replays_the_recorded_actions(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
+    chat, pool = ChatTokens(char_tokenizer), EnvPool("inline")
+    generator = RecordingGenerator(HfGenerator(random_tiny_model, tokenizer=char_tokenizer))
+    try:
+        ours = llmgym_rollout(generator, chat, pool)
+        plan = replay_plan(ours.trajectories)
+        free = ScriptedReplay(ours.trajectories, newest_first=True)
+        replay(free, plan)
+        envs = RecordedEnvs(pool, group_episodes(MIXTURE, group_size=2, seed=7), ours.trajectories)
+        lockstep = ScriptedReplay(ours.trajectories, newest_first=True)
+        played = turn_synchronous_replay(lockstep, plan, envs)
+    finally:
+        pool.close()
+    assert sorted(lockstep.prompts) == sorted(generator.prompts())
+    assert played.generated_tokens == ours.metrics["tokens/generated"] and played.episodes == len(plan)
+    # The free replay lets an episode's next turn overtake others' current turns; lockstep never does.
+    assert free.turns != sorted(free.turns) and lockstep.turns == sorted(lockstep.turns)
+    turns = [len(t.turns) for t in ours.trajectories]
+    assert len(envs.outcomes) == max(turns), "one env step a turn"
+    # The recorded actions replayed on the reset envs earn the recorded rewards, turn by turn.
+    live = [[episode for episode, count in enumerate(turns) if count > turn] for turn in range(max(turns))]
+    rewards = [[outcome[1] for outcome in step] for step in envs.outcomes]
+    assert rewards == [[ours.trajectories[episode].turns[turn].reward for episode in episodes]
+                       for turn, episodes in enumerate(live)]
+
+
+def test_llmgym_opens_every_round_and_ratios_are_taken_within_a_round() -> None:
     orders = round_orders(3)
-    assert orders[0][0] == "llmgym", "the first pass records what the replay replays"
-    for place in range(len(PATTERNS)):
-        assert sorted(order[place] for order in orders) == sorted(PATTERNS)
+    assert all(order[0] == "llmgym" for order in orders), "a round's replays replay its own llmgym pass"
+    assert all(sorted(order) == sorted(PATTERNS) for order in orders)
+    assert [order[1] for order in orders] == ["turn_synchronous", "replay", "turn_synchronous"]
     rounds = [
         {"llmgym": {"tokens_per_s": 120.0, "episodes_per_s": 1.0}, "turn_synchronous": {"tokens_per_s": 100.0,
          "episodes_per_s": 0.8}, "replay": {"tokens_per_s": 150.0, "episodes_per_s": 1.2}},
