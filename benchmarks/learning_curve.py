@@ -54,8 +54,8 @@ Presets (one per env family, in :data:`PRESETS`):
 * ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
   choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2,
   cosine decay to a tenth) at a learning rate of 3e-5, on a curriculum mixture of 6x6 one-box
-  rooms: levels that need 1, 2, 3 and 5 moves (``max_level_moves``; 4 to 10 turns) beside the
-  full distribution (16 turns), two groups each, with no step penalty in training
+  rooms: levels that need 1, 2, 3 and 5 moves (``max_level_moves``; 4 to 10 turns; 3, 3, 2 and 1
+  groups) beside the full distribution (16 turns, 1 group), with no step penalty in training
   (``step_penalty=0``); evaluation on the frozen set with the v1 defaults (30 turns).
   Why each part:
 
@@ -69,6 +69,10 @@ Presets (one per env family, in :data:`PRESETS`):
     about 470 had none) that was noise: with one group per short level and the penalty, 10
     steps left greedy eval at 0% (``benchmarks/results/recipe_trials/sokoban-v1-curriculum-penalty``).
     At 0, failed groups return 0 and the update skips their samples.
+  - Groups go where successes are: with two groups on each entry, the 5-move and full levels
+    (0-6% solved) took 62% of the turns of a step and gave the update almost nothing
+    (``benchmarks/results/recipe_trials/sokoban-v1-curriculum``), and a step saw only two
+    distinct 1-move rooms.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -171,7 +175,7 @@ PRESETS: dict[str, Preset] = {
             {"name": f"moves-{moves or 'any'}", "n_groups": groups,
              "options": {"max_level_moves": moves, "max_turns": turns, "step_penalty": 0.0,
                          "action_parser": "lenient"}}
-            for moves, groups, turns in ((1, 2, 4), (2, 2, 6), (3, 2, 8), (5, 2, 10), (None, 2, 16))
+            for moves, groups, turns in ((1, 3, 4), (2, 3, 6), (3, 2, 8), (5, 1, 10), (None, 1, 16))
         ),
         eval_options={"max_turns": 30, "action_parser": "lenient"},
         overrides=(
