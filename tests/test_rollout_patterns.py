@@ -9,7 +9,8 @@ request from its own seed (hf backend), so the same seeds give the same tokens i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -113,16 +114,22 @@ def test_the_turn_synchronous_loop_plays_the_rollouts_episodes_one_batch_a_turn(
     assert [len(batch) for batch in generator.batches] == live_per_turn, "one generate call a turn, all live"
 
 
+@contextmanager
+def recorded_rollout(model: Any, tokenizer: Any) -> Iterator[tuple[RecordingGenerator, RolloutResult, EnvPool]]:
+    """llmgym's rollout of the mixture on an inline pool, kept open for the block: its generator, result, pool."""
+    chat, pool = ChatTokens(tokenizer), EnvPool("inline")
+    generator = RecordingGenerator(HfGenerator(model, tokenizer=tokenizer))
+    try:
+        yield generator, llmgym_rollout(generator, chat, pool), pool
+    finally:
+        pool.close()
+
+
 def test_the_replay_asks_for_the_rollouts_prompts_and_token_counts(
     random_tiny_model: Any, char_tokenizer: Any
 ) -> None:
-    chat, pool = ChatTokens(char_tokenizer), EnvPool("inline")
-    generator = RecordingGenerator(HfGenerator(random_tiny_model, tokenizer=char_tokenizer))
-    try:
-        ours = llmgym_rollout(generator, chat, pool)
-    finally:
-        pool.close()
-    plan = replay_plan(ours.trajectories)
+    with recorded_rollout(random_tiny_model, char_tokenizer) as (generator, ours, _):
+        plan = replay_plan(ours.trajectories)
     turns = sum(len(t.turns) for t in ours.trajectories)
     # Answered with the rollout's own tokens, the replay asks exactly what the rollout asked.
     scripted = ScriptedReplay(ours.trajectories)
@@ -140,18 +147,13 @@ def test_the_replay_asks_for_the_rollouts_prompts_and_token_counts(
 def test_the_turn_synchronous_replay_waits_for_every_turn_and_replays_the_recorded_actions(
     random_tiny_model: Any, char_tokenizer: Any
 ) -> None:
-    chat, pool = ChatTokens(char_tokenizer), EnvPool("inline")
-    generator = RecordingGenerator(HfGenerator(random_tiny_model, tokenizer=char_tokenizer))
-    try:
-        ours = llmgym_rollout(generator, chat, pool)
+    with recorded_rollout(random_tiny_model, char_tokenizer) as (generator, ours, pool):
         plan = replay_plan(ours.trajectories)
         free = ScriptedReplay(ours.trajectories, newest_first=True)
         replay(free, plan)
         envs = RecordedEnvs(pool, group_episodes(MIXTURE, group_size=2, seed=7), ours.trajectories)
         lockstep = ScriptedReplay(ours.trajectories, newest_first=True)
         played = turn_synchronous_replay(lockstep, plan, envs)
-    finally:
-        pool.close()
     assert sorted(lockstep.prompts) == sorted(generator.prompts())
     assert played.generated_tokens == ours.metrics["tokens/generated"] and played.episodes == len(plan)
     # The free replay lets an episode's next turn overtake others' current turns; lockstep never does.
