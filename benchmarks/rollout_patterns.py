@@ -1,4 +1,4 @@
-"""The two references the rollout benchmark measures llmgym's rollout against.
+"""The references the rollout benchmark measures llmgym's rollout against.
 
 * :func:`turn_synchronous_rollout`: the pattern of RAGEN and verl-agent. Each turn gathers the
   prompts of every live episode, makes one batched ``generate`` call, then steps the envs of
@@ -7,6 +7,10 @@
   It plays the same episodes as :func:`llmgym_train.rollout.rollout`: the same agents' requests
   (:meth:`llmgym_train.agents.Agent.request`, so the same seeds and token limits), the same
   token bookkeeping, the same ending rules as the chain loop, on the same :class:`EnvPool`.
+* :func:`turn_synchronous_replay`: the same pattern on a recording of llmgym's rollout (what the
+  benchmark uses by default): every turn's requests read back with :func:`replay_plan`, sent
+  one turn of every episode at a time, and between turns the envs stepped with the recorded
+  actions (:class:`RecordedEnvs`). Like with like where the engine ignores per-request seeds.
 * :func:`replay`: the engine alone. :func:`replay_plan` reads back, from a rollout's
   trajectories, every turn's prompt and the number of tokens generated for it; the replay sends
   those requests straight to the engine (prefix caching on, no env, no agent), each turn
@@ -90,7 +94,7 @@ def turn_synchronous_rollout(
         completions = generator.generate([r.token_ids for r in requests], [r.sampling for r in requests])
         generation_seconds += time.perf_counter() - generation_started
         texts = [chat.action_text(completion.token_ids) for completion in completions]
-        outcomes = _step_lanes([lane.env for lane in live], texts, timer)
+        outcomes = _step_sub_envs([lane.env for lane in live], texts, timer)
         for lane, completion, text, outcome in zip(live, completions, texts, outcomes, strict=True):
             _advance(lane, completion, text, outcome, rule)
         live = [lane for lane in live if lane.trajectory is None]
@@ -135,7 +139,7 @@ def _reset_sub_envs(
     return reset
 
 
-def _step_lanes(live: Sequence[_SubEnv], texts: Sequence[str], timer: EnvTimer) -> list[StepOutcome]:
+def _step_sub_envs(live: Sequence[_SubEnv], texts: Sequence[str], timer: EnvTimer) -> list[StepOutcome]:
     """Step the sub-envs ``live`` with ``texts``: one masked ``step`` per vector env."""
     outcomes: list[StepOutcome | None] = [None] * len(live)
     by_venv: dict[int, list[int]] = {}
@@ -378,7 +382,7 @@ class RecordedEnvs:
 
     def step(self, turn: int, episodes: Sequence[int]) -> None:
         """Play turn ``turn``'s recorded action of each of ``episodes`` (positions in the recording)."""
-        self.outcomes.append(_step_lanes([self.envs[episode] for episode in episodes],
+        self.outcomes.append(_step_sub_envs([self.envs[episode] for episode in episodes],
                                          [self.actions[episode][turn] for episode in episodes], self.timer))
 
 
