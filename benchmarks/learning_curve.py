@@ -78,7 +78,7 @@ Presets (one per env family, in :data:`PRESETS`):
     ``benchmarks/results/recipe_trials/sokoban-v1-groups``). Reading a Sokoban board is learnt
     from many boards: 20 groups of 4 show 20 rooms a step.
   - Not yet a recipe that learns: its own trial (``recipe_trials/sokoban-v1-short``, seed 0,
-    36 steps in 70 minutes) kept greedy eval at 0% at steps 0, 10, 20 and 30, and solved the
+    36 steps, 67 minutes of training) kept greedy eval at 0% at steps 0, 10, 20 and 30, and solved the
     1-move rooms in 38% of episodes over its first 9 steps and 44% over its last 9 (a random
     agent: 46%), while the choice's entropy rose from 0.33 to 0.73 nats.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
