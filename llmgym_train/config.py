@@ -295,6 +295,9 @@ class LossConfig:
     credit: Credit = "episode"
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0
+    #: ``gigpo``: weight of the episode advantage; at 0 only turns from a state other turns of
+    #: the group also acted on carry an advantage (their step advantage).
+    episode_weight: float = 1.0
     #: ``gigpo``: discount of the turn returns-to-go that step advantages compare; ``tree``: the
     #: per-turn discount of the returns that node values average.
     step_gamma: float = 0.95
@@ -313,6 +316,12 @@ class LossConfig:
         _check_choice("loss", "importance_level", self.importance_level, ImportanceLevel)
         _check_range("loss", "behaviour_cap", self.behaviour_cap, 0.0, low_open=True)
         _check_range("loss", "step_weight", self.step_weight, 0.0)
+        _check_range("loss", "episode_weight", self.episode_weight, 0.0)
+        if self.credit == "gigpo" and self.step_weight == 0 and self.episode_weight == 0:
+            raise InvalidOptionError(
+                "loss.step_weight and loss.episode_weight are both 0, so loss.credit=gigpo gives every sample a "
+                "zero advantage and nothing trains. Set one of them above 0."
+            )
         _check_range("loss", "step_gamma", self.step_gamma, 0.0, 1.0)
         _check_range("loss", "tree_episode_weight", self.tree_episode_weight, 0.0)
         _check_range("loss", "clip_low", self.clip_low, 0.0, 1.0)

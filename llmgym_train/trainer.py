@@ -451,6 +451,7 @@ class Trainer:
             return with_advantages(
                 batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
                 credit=loss.credit, step_weight=loss.step_weight,
+                episode_weight=loss.episode_weight,
             )
         scored = score_batch(
             self.policy, batch, config.optim.micro_batch_size, values=config.algo == "ppo",
@@ -463,6 +464,7 @@ class Trainer:
         return with_advantages(
             batch, config.algo, normalize_std=loss.normalize_std, gamma=loss.gamma, lam=loss.lam,
             values=scored.get("values"), credit=loss.credit, step_weight=loss.step_weight,
+            episode_weight=loss.episode_weight,
         )
 
     def _update(self, batch: Batch) -> dict[str, Any]:

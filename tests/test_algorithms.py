@@ -219,6 +219,18 @@ def test_step_grouped_by_hand_with_a_repeated_state() -> None:
     assert advantages.tolist() == pytest.approx(expected)
 
 
+def test_step_grouped_without_the_episode_term_trains_only_shared_states() -> None:
+    # The same turns as above at episode_weight=0: the turns from B and C (alone in their step
+    # groups) carry nothing, and state A's three turns are centred among themselves.
+    advantages = step_grouped(
+        T([1.0, 1.0, 1.0, 0.0, 0.0]), T([0, 0, 0, 0, 0]), T([0, 0, 0, 1, 1]), T([0.81, 0.9, 1.0, 0.0, 0.0]),
+        T([0, 1, 0, 0, 2]), step_weight=1.0, normalize_std=False, episode_weight=0.0,
+    )
+    mean_a = (0.81 + 1.0 + 0.0) / 3
+    assert advantages.tolist() == pytest.approx([0.81 - mean_a, 0.0, 1.0 - mean_a, -mean_a, 0.0])
+    assert advantages[[0, 2, 3]].sum().item() == pytest.approx(0.0, abs=1e-6)
+
+
 def test_step_grouped_keeps_groups_and_unknown_states_apart() -> None:
     # The same state id in two groups (two levels) must not form one step group; -1 never groups.
     advantages = step_grouped(

@@ -58,6 +58,9 @@ def test_closed_sets_and_ranges_are_checked_with_exact_messages() -> None:
         load_config(overrides=["optim.lr_schedule=cosin"])
     with pytest.raises(InvalidOptionError, match=r"optim\.lr_final must be in \[0\.0, 1\.0\]"):
         load_config(overrides=["optim.lr_final=1.5"])
+    with pytest.raises(InvalidOptionError, match=r"both 0, so loss\.credit=gigpo gives every sample a zero advantage"):
+        load_config(overrides=["loss.credit=gigpo", "rollout.layout=turn", "loss.step_weight=0", "loss.episode_weight=0"])
+    assert load_config(overrides=["loss.credit=gigpo", "rollout.layout=turn", "loss.episode_weight=0"]).loss.episode_weight == 0.0
 
 
 def test_learning_rate_schedules_run_from_lr_to_its_final_fraction() -> None:

@@ -222,8 +222,9 @@ def step_grouped(
     step_weight: float = 1.0,
     normalize_std: bool = True,
     eps: float = EPS,
+    episode_weight: float = 1.0,
 ) -> torch.Tensor:
-    """GiGPO-style advantage of turn samples: episode advantage + ``step_weight`` x step advantage.
+    """GiGPO-style advantage of turn samples: ``episode_weight`` x episode advantage + ``step_weight`` x step advantage.
 
     Args:
         episode_returns, group_ids, episode_ids: as in :func:`episode_normalized`.
@@ -231,6 +232,9 @@ def step_grouped(
         state_ids: ``(N,)`` integer id of the state each turn acted on; ``-1`` where unknown
             (such a turn forms a step group of its own). Step groups are (group, state) pairs,
             so equal states of different levels never mix.
+        episode_weight: at 0 only states that several of a group's turns acted on train: a
+            failed episode's many turns from states no other turn saw then carry no advantage,
+            where the episode term gives each of them the episode's (negative) one.
 
     Returns:
         ``(N,)`` advantages.
@@ -242,4 +246,4 @@ def step_grouped(
     pairs = torch.stack([group_ids.to(states.dtype), states], dim=1)  # (N, 2)
     _, step_groups = torch.unique(pairs, dim=0, return_inverse=True)  # (N,)
     step_advantage = group_normalized(step_returns, step_groups, normalize_std, eps)  # (N,)
-    return episode_advantage + step_weight * step_advantage
+    return episode_weight * episode_advantage + step_weight * step_advantage

@@ -35,12 +35,13 @@ def with_advantages(
     values: torch.Tensor | None = None,
     credit: str = "episode",
     step_weight: float = 1.0,
+    episode_weight: float = 1.0,
 ) -> Batch:
     """``batch`` with ``advantages`` (and, for PPO, ``returns`` / ``old_values``) filled in.
 
     * ``grpo``: each sample's episode return normalized among the episodes of its group, on
-      all its generated tokens; with ``credit="gigpo"`` plus ``step_weight`` times the step
-      advantage among turns from the same state (:func:`~llmgym_train.algorithms.step_grouped`);
+      all its generated tokens; with ``credit="gigpo"`` that times ``episode_weight``, plus
+      ``step_weight`` times the step advantage among turns from the same state (:func:`~llmgym_train.algorithms.step_grouped`);
       with ``credit="tree"`` the samples' own branch advantages (``Sample.advantage``).
     * ``reinforce_pp``: discounted token returns whitened over the batch.
     * ``ppo``: token-level GAE from ``values`` ``(B, T)``, advantages whitened over the batch.
@@ -55,7 +56,7 @@ def with_advantages(
         elif credit == "gigpo":
             per_sample = step_grouped(
                 batch.episode_returns, batch.group_ids, batch.episode_ids, batch.step_returns, batch.state_ids,
-                step_weight, normalize_std,
+                step_weight, normalize_std, episode_weight=episode_weight,
             )  # (B,)
         else:
             per_sample = episode_normalized(
