@@ -79,15 +79,15 @@ def optimal_first_moves(env: Any) -> frozenset[int]:
     return frozenset(best)
 
 
-def examples(chat: Any, env_format: str, levels: str, seeds: Sequence[int] | None, test: bool) -> list[Example]:
+def examples(chat: Any, env_format: str, levels: str, seeds: Sequence[int], test: bool) -> list[Example]:
     """Prompts and labels of ``levels`` (``"1"``..``"3"`` moves, or ``"eval"``) in ``env_format``."""
     moves = None if levels == "eval" else int(levels)
     env = gym.make(ENV_ID, max_level_moves=moves, **FORMATS[env_format]).unwrapped
     resets: list[dict[str, Any]]
     if levels == "eval" and test:
-        resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds or ())]]
+        resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds)]]
     else:
-        resets = [{"seed": int(seed)} for seed in seeds or ()]
+        resets = [{"seed": int(seed)} for seed in seeds]
     found = []
     for reset in resets:
         observation, info = env.reset(**reset)
