@@ -264,6 +264,62 @@ def test_step_penalty_sets_the_reward_of_every_move():
     assert (reward, terminated, info["success"]) == (BOX_ON_TARGET + SOLVED_BONUS, True, True)
 
 
+# Down pushes the box against the bottom wall, off the target's row and column: no solution left.
+OPEN_ROOM = "######\n#.   #\n#  @ #\n#  $ #\n#    #\n######"
+
+
+def test_progress_reward_follows_the_solver_along_a_gold_solution():
+    env = SokobanEnv(step_penalty=0.0, progress_reward=0.5)
+    for seed in range(5):
+        _, info = env.reset(seed=seed)
+        rewards = []
+        for action in env.solution():
+            _, reward, terminated, _, info = env.step(f"<answer>{action}</answer>")
+            rewards.append(reward)
+        assert terminated and info["success"]
+        # Every move of an optimal plan is one move of progress; the last also solves.
+        assert rewards[:-1] == [0.5] * (len(rewards) - 1)
+        assert rewards[-1] == pytest.approx(0.5 + BOX_ON_TARGET + SOLVED_BONUS)
+
+
+def test_progress_reward_ranks_moves_from_one_position():
+    env = SokobanEnv(step_penalty=0.0, progress_reward=1.0)
+    env.reset(options={"level": OPEN_ROOM})
+    start = env.get_state()
+    before = len(env.solution())
+    for action in ("Up", "Left", "Right"):
+        env.set_state(start)
+        _, reward, _, _, info = env.step(f"<answer>{action}</answer>")
+        assert info["action_is_effective"]
+        assert reward == before - len(env.solution()), action  # +1 on an optimal path, -1 a step away
+    env.set_state(start)
+    _, reward, _, _, _ = env.step("<answer>Down</answer>")
+    assert env.solution() is None and reward == -2.0  # the floor
+    # In a position with no solution nothing more is gained or lost.
+    _, reward, _, _, info = env.step("<answer>Left</answer>")
+    assert reward == 0.0 and info["action_is_effective"]
+
+
+def test_progress_reward_is_zero_for_blocked_moves_and_leaves_invalid_turns_alone():
+    env = SokobanEnv(step_penalty=0.0, progress_reward=1.0, invalid_penalty=-0.5)
+    env.reset(options={"level": "#####\n#@$.#\n#####"})
+    _, reward, _, _, info = env.step("<answer>Up</answer>")
+    assert reward == 0.0 and not info["action_is_effective"]
+    _, reward, _, _, info = env.step("<answer>Jump</answer>")
+    assert reward == -0.5 and not info["action_is_valid"]
+    _, reward, terminated, _, _ = env.step("<answer>Right</answer>")
+    assert terminated and reward == pytest.approx(1.0 + BOX_ON_TARGET + SOLVED_BONUS)
+
+
+def test_progress_reward_is_off_by_default_and_refused_beyond_two_boxes():
+    env = gym.make("llmgym/Sokoban-v1", step_penalty=0.0)
+    env.reset(options={"level": OPEN_ROOM})
+    _, reward, _, _, _ = env.step("<answer>Down</answer>")
+    assert reward == 0.0
+    with pytest.raises(InvalidOptionError, match="at most 2|up to 2"):
+        SokobanEnv(dim_room=(10, 10), num_boxes=3, progress_reward=1.0)
+
+
 def test_pushing_a_box_off_a_target_costs_a_point():
     env = SokobanEnv()
     env.reset(options={"level": "#######\n#@*   #\n#   $.#\n#######"})

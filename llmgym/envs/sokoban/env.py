@@ -20,6 +20,9 @@ BOX_ON_TARGET = 1.0
 SOLVED_BONUS = 10.0
 #: Solver budget (expanded positions) that ``solve_budget="auto"`` uses for levels of 3+ boxes.
 AUTO_SOLVE_BUDGET = 3000
+#: ``progress_reward``: the most moves of lost progress one move is charged (a push into a
+#: position with no solution counts as this many).
+PROGRESS_FLOOR = 2
 
 _NAME_INDEX = {name.lower(): index for index, name in enumerate(ACTIONS)}
 # Observation symbols indexed by (target, box, player) bits; floor is "_" so tokenizers keep it.
@@ -54,6 +57,11 @@ class SokobanEnv(TextEnv):
     Per move in a turn: ``step_penalty`` (default ``-0.1``); ``+1`` for pushing a box onto a
     target, ``-1`` for pushing one off; ``+10`` when the last box reaches a target. A turn's
     reward is the sum over its moves.
+    With ``progress_reward`` (a turn-level reward for training; default 0, off), a turn also earns
+    ``progress_reward`` times its progress: how many moves fewer the exact solver needs after it
+    than before (``+1`` for a move on an optimal path, ``-1`` for a step away, ``0`` for a
+    blocked move), at least ``-PROGRESS_FLOOR`` per move played; a push after which no solution
+    exists counts as that floor, and moves in such a position earn nothing more.
     An invalid turn: ``invalid_penalty`` (default ``-0.1``). ``info["success"]`` is True once
     every box is on a target, whatever the reward.
 
@@ -72,6 +80,10 @@ class SokobanEnv(TextEnv):
       returns-to-go: with a penalty, two visits of one state in failed episodes differ in
       return by the turns left after them, whatever was played; at ``0`` failed episodes
       return 0 and only solving (discounted by the trainer) is rewarded.
+    - ``progress_reward``: weight of the solver's progress in each turn's reward (see Rewards).
+      Default 0. It solves the position exactly after every turn, so it takes at most 2 boxes.
+      The optimal moves earn the most, so a policy trained on immediate turn rewards learns
+      the solver's moves; the observation is unchanged (it gives no move away).
     - ``max_turns``: turns before truncation. Default 100.
     - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
     - ``grid``: ``"compact"`` (v0: ``#_$._#``) or ``"spaced"`` (v1: ``# _ $ . _ #``).
@@ -107,6 +119,7 @@ class SokobanEnv(TextEnv):
         num_boxes: int = 1,
         max_level_moves: int | None = None,
         step_penalty: float = STEP_PENALTY,
+        progress_reward: float = 0.0,
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
         grid: Literal["compact", "spaced"] = "compact",
@@ -121,6 +134,11 @@ class SokobanEnv(TextEnv):
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
         if max_actions_per_turn < 1:
             raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
+        if progress_reward and num_boxes > 2:
+            raise InvalidOptionError(
+                f"progress_reward solves the position exactly after every turn, which is only cheap for up to 2 "
+                f"boxes; got num_boxes={num_boxes}. Use progress_reward=0 for more boxes."
+            )
         if grid not in ("compact", "spaced"):
             raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
         budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
@@ -139,6 +157,7 @@ class SokobanEnv(TextEnv):
         self.num_boxes = num_boxes
         self.max_level_moves = max_level_moves
         self.step_penalty = float(step_penalty)
+        self.progress_reward = float(progress_reward)
         self.max_actions_per_turn = max_actions_per_turn
         self.solve_budget = solve_budget
         self.grid = grid
@@ -155,6 +174,7 @@ class SokobanEnv(TextEnv):
         self._boxes_off_target = 0
         self._board = bytearray()
         self._text: str | None = None  # self._board decoded, until the next _paint
+        self._to_solve: int | None | Literal["unknown"] = "unknown"  # moves to solve; None: no solution
 
     @property
     def system_prompt(self) -> str:
@@ -180,6 +200,7 @@ class SokobanEnv(TextEnv):
         reward = 0.0
         effective = False
         feedback = []
+        before = self._moves_to_solve() if self.progress_reward else None
         steps = [(ACTIONS[move], self._offsets[move]) for move in moves]
         for name, step in steps:
             move_reward, message, moved = self._move(step)
@@ -191,6 +212,8 @@ class SokobanEnv(TextEnv):
                 feedback.append(SOLVED)
                 break
         solved = not self._boxes_off_target
+        if self.progress_reward and effective:
+            reward += self.progress_reward * _progress(before, self._moves_to_solve(), len(steps))
         observation = f"{' '.join(feedback)}\n{self._observe()}"
         return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
 
@@ -217,6 +240,7 @@ class SokobanEnv(TextEnv):
         self._boxes_off_target = boxes_off_target
         self._board = bytearray(board)
         self._text = None
+        self._to_solve = "unknown"
 
     #: The state key is the board: walls, targets, boxes and player (one call, it runs every step).
     _state_key = _observe
@@ -240,6 +264,7 @@ class SokobanEnv(TextEnv):
         self._start = level
         self._maze = maze = PaddedMaze.of(level)
         self._solver = None
+        self._to_solve = "unknown"
         self._offsets = direction_offsets(maze.padded_width)
         spaced = self.grid == "spaced"
         self._view = _view_indices(level.height, level.width, 2 if spaced else 1)
@@ -271,6 +296,13 @@ class SokobanEnv(TextEnv):
         boxes = [cell for cell, box in enumerate(self._has_box) if box]
         return self._get_solver().optimal_steps(self._player, boxes, budget)
 
+    def _moves_to_solve(self) -> int | None:
+        """The exact solver's fewest moves from the current position (``None``: no solution), cached per position."""
+        if self._to_solve == "unknown":
+            boxes = [cell for cell, box in enumerate(self._has_box) if box]
+            self._to_solve = self._get_solver().optimal_steps(self._player, boxes)
+        return self._to_solve
+
     def _get_solver(self) -> Solver:
         if self._solver is None:
             self._solver = Solver(self._maze)
@@ -294,6 +326,7 @@ class SokobanEnv(TextEnv):
             message = _PUSH_MESSAGES[onto - off]
             self._paint(beyond)
         self._player = ahead
+        self._to_solve = "unknown"
         self._paint(player)
         self._paint(ahead)
         return reward, message, True
@@ -321,6 +354,14 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
     1: "You pushed a box onto a target.",
     -1: "You pushed a box off a target.",
 }
+
+
+def _progress(before: int | None, after: int | None, moves: int) -> int:
+    """Moves of progress from ``before`` to ``after`` moves-to-solve (``None``: no solution), floored."""
+    if before is None:  # no solution before: nothing left to gain or lose
+        return 0
+    floor = -PROGRESS_FLOOR * moves
+    return floor if after is None else max(before - after, floor)
 
 
 def read_moves(action: str, max_actions_per_turn: int) -> list[int] | str:
