@@ -294,10 +294,31 @@ def test_progress_reward_ranks_moves_from_one_position():
         assert reward == before - len(env.solution()), action  # +1 on an optimal path, -1 a step away
     env.set_state(start)
     _, reward, _, _, _ = env.step("<answer>Down</answer>")
-    assert env.solution() is None and reward == -2.0  # the floor
+    assert env.solution() is None and reward == -(before + 1)  # every move of progress left, and one more
     # In a position with no solution nothing more is gained or lost.
     _, reward, _, _, info = env.step("<answer>Left</answer>")
     assert reward == 0.0 and info["action_is_effective"]
+
+
+def test_progress_reward_telescopes_so_wandering_earns_nothing():
+    # Between solvable positions the turn rewards sum to the moves saved over the whole walk:
+    # a walk that pushes the box away and back earns no more than standing still.
+    env = SokobanEnv(step_penalty=0.0, progress_reward=1.0)
+    rng = np.random.default_rng(0)
+    walks = 0
+    for seed in range(40):
+        env.reset(seed=seed)
+        start = len(env.solution())
+        total = 0.0
+        for _ in range(12):
+            _, reward, terminated, _, _ = env.step(f"<answer>{rng.choice(['Up', 'Down', 'Left', 'Right'])}</answer>")
+            total += reward
+            if terminated or env.solution() is None:
+                break
+        else:
+            walks += 1
+            assert total == start - len(env.solution())
+    assert walks >= 20
 
 
 def test_progress_reward_is_zero_for_blocked_moves_and_leaves_invalid_turns_alone():

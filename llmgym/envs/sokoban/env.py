@@ -20,9 +20,6 @@ BOX_ON_TARGET = 1.0
 SOLVED_BONUS = 10.0
 #: Solver budget (expanded positions) that ``solve_budget="auto"`` uses for levels of 3+ boxes.
 AUTO_SOLVE_BUDGET = 3000
-#: ``progress_reward``: the most moves of lost progress one move is charged (a push into a
-#: position with no solution counts as this many).
-PROGRESS_FLOOR = 2
 
 _NAME_INDEX = {name.lower(): index for index, name in enumerate(ACTIONS)}
 # Observation symbols indexed by (target, box, player) bits; floor is "_" so tokenizers keep it.
@@ -60,8 +57,10 @@ class SokobanEnv(TextEnv):
     With ``progress_reward`` (a turn-level reward for training; default 0, off), a turn also earns
     ``progress_reward`` times its progress: how many moves fewer the exact solver needs after it
     than before (``+1`` for a move on an optimal path, ``-1`` for a step away, ``0`` for a
-    blocked move), at least ``-PROGRESS_FLOOR`` per move played; a push after which no solution
-    exists counts as that floor, and moves in such a position earn nothing more.
+    blocked move, ``-k`` for a push that costs ``k`` moves more). Between solvable positions this
+    is potential-based shaping, so no cycle of moves earns anything. A push after which no
+    solution exists costs the moves the position needed plus one (a deadlock is permanent, so
+    this happens at most once), and moves in such a position earn nothing more.
     An invalid turn: ``invalid_penalty`` (default ``-0.1``). ``info["success"]`` is True once
     every box is on a target, whatever the reward.
 
@@ -213,7 +212,7 @@ class SokobanEnv(TextEnv):
                 break
         solved = not self._boxes_off_target
         if self.progress_reward and effective:
-            reward += self.progress_reward * _progress(before, self._moves_to_solve(), len(steps))
+            reward += self.progress_reward * _progress(before, self._moves_to_solve())
         observation = f"{' '.join(feedback)}\n{self._observe()}"
         return Outcome(observation, reward, terminated=solved, success=solved, effective=effective)
 
@@ -356,12 +355,11 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
 }
 
 
-def _progress(before: int | None, after: int | None, moves: int) -> int:
-    """Moves of progress from ``before`` to ``after`` moves-to-solve (``None``: no solution), floored."""
+def _progress(before: int | None, after: int | None) -> int:
+    """Moves of progress from ``before`` to ``after`` moves-to-solve (``None``: no solution)."""
     if before is None:  # no solution before: nothing left to gain or lose
         return 0
-    floor = -PROGRESS_FLOOR * moves
-    return floor if after is None else max(before - after, floor)
+    return -(before + 1) if after is None else before - after
 
 
 def read_moves(action: str, max_actions_per_turn: int) -> list[int] | str:
