@@ -36,7 +36,7 @@ from llmgym_train.planner import EnvSpec
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
 Layout = Literal["sequence", "turn"]
-Credit = Literal["episode", "gigpo", "tree"]
+Credit = Literal["episode", "gigpo", "tree", "lookahead"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 LRSchedule = Literal["constant", "linear", "cosine"]
@@ -290,8 +290,11 @@ class LossConfig:
     filter_void_turns: bool = False
     #: GRPO credit: ``episode`` (each turn gets its episode's group advantage), ``gigpo`` (plus a
     #: step advantage among the group's turns from the same env state; needs ``rollout.layout=turn``)
-    #: or ``tree`` (each branch of a tree rollout: its subtree's value minus its parent's; needs
-    #: ``rollout.tree``).
+    #: ``tree`` (each branch of a tree rollout: its subtree's value minus its parent's; needs
+    #: ``rollout.tree``) or ``lookahead`` (every choice of every visited state is played once from
+    #: an env snapshot and trained with its reward minus the mean over the choices: an all-action
+    #: policy gradient on turn rewards; needs ``rollout.choices``, ``rollout.layout=turn`` and an
+    #: env with snapshots whose turn rewards say how good a move is, e.g. Sokoban's ``progress_reward``).
     credit: Credit = "episode"
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0
@@ -551,7 +554,7 @@ class TrainConfig:
         _check_range("config", "max_minutes", self.max_minutes, 0.0)
         if not self.train_envs:
             raise InvalidOptionError("train_envs is empty; give at least one env, e.g. --env llmgym/FrozenLake-v0:8.")
-        if self.algo == "grpo" and self.rollout.group_size < 2:
+        if self.algo == "grpo" and self.rollout.group_size < 2 and self.loss.credit != "lookahead":
             raise InvalidOptionError(
                 f"GRPO normalizes rewards within a group, so rollout.group_size must be >= 2; got "
                 f"{self.rollout.group_size}. Set rollout.group_size=8 (or use --algo ppo / reinforce_pp)."
@@ -576,6 +579,7 @@ class TrainConfig:
                 "Set algo=grpo rollout.layout=turn, or loss.credit=episode."
             )
         self._check_tree_credit()
+        self._check_lookahead_credit()
         self._check_async()
         if self.rollout.agent == "markov" and self.rollout.layout != "turn":
             raise InvalidOptionError(
@@ -610,6 +614,25 @@ class TrainConfig:
             raise InvalidOptionError(
                 "loss.credit=tree needs tree rollouts, and rollout.tree.branch_turns is empty. Set e.g. "
                 "rollout.tree.branch_turns=[0,2] rollout.tree.branches=2, or loss.credit=episode / gigpo."
+            )
+
+    def _check_lookahead_credit(self) -> None:
+        """``loss.credit=lookahead`` trains one sample per choice of each turn: a one-token choice, on-policy."""
+        if self.loss.credit != "lookahead":
+            return
+        rollout = self.rollout
+        missing = [
+            need for need, ok in (
+                ("algo=grpo", self.algo == "grpo"), ("rollout.layout=turn", rollout.layout == "turn"),
+                ('rollout.choices (e.g. ["Up","Down","Left","Right"])', bool(rollout.choices)),
+                ("rollout.max_new_tokens=1", rollout.max_new_tokens == 1),
+                ("trainer.mode=sync", not self.trainer.is_async), ("no rollout.tree", not rollout.tree.enabled),
+            ) if not ok
+        ]
+        if missing:
+            raise InvalidOptionError(
+                "loss.credit=lookahead plays every choice of each turn from an env snapshot and trains one "
+                f"one-token sample per choice, on-policy; it needs {', '.join(missing)}."
             )
 
     def _check_async(self) -> None:

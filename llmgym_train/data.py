@@ -18,7 +18,8 @@ Two sample layouts come from the same trajectories (:func:`make_samples`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from llmgym_train.algorithms.advantages import turn_returns
@@ -42,6 +43,8 @@ class Turn:
         finish_reason: ``"stop"`` when the model ended its turn, ``"length"`` when cut at ``max_tokens``.
         state_key: the env's ``info["state_key"]`` of the state this turn acted on (``None``
             where the env gives none); turns with equal keys in one group share a step-level group.
+        choice_rewards: with a lookahead (:attr:`AgentConfig.lookahead`), the reward each choice
+            (in ``rollout.choices`` order) earned from the state this turn acted on; else ``None``.
     """
 
     observation_start: int
@@ -51,6 +54,7 @@ class Turn:
     action_is_valid: bool
     finish_reason: FinishReason
     state_key: Any = None
+    choice_rewards: tuple[float, ...] | None = None
 
     @property
     def num_generated(self) -> int:
@@ -180,7 +184,9 @@ class Sample:
         step_return: the trained turn's discounted return-to-go (``turn`` layout; the episode's
             return for the ``sequence`` layout).
         advantage: set where the advantage comes with the sample (tree rollouts: its branch's,
-            see :func:`llmgym_train.algorithms.tree_advantages`); ``None``: computed from the batch.
+            see :func:`llmgym_train.algorithms.tree_advantages`; lookahead: its choice's, see
+            :func:`choice_samples`); ``None``: computed from the batch.
+        choice_rewards: the trained turn's :attr:`Turn.choice_rewards` (``turn`` layout).
     """
 
     token_ids: list[int]
@@ -200,6 +206,7 @@ class Sample:
     state_key: Any = None
     step_return: float = 0.0
     advantage: float | None = None
+    choice_rewards: tuple[float, ...] | None = None
 
     @property
     def valid(self) -> bool:
@@ -212,6 +219,7 @@ def make_samples(
     layout: SampleLayout = "sequence",
     history_turns: int | None = None,
     step_gamma: float = 1.0,
+    choice_token_ids: Sequence[int] | None = None,
 ) -> list[Sample]:
     """Training samples from ``trajectories`` in the chosen layout.
 
@@ -222,6 +230,9 @@ def make_samples(
             ``fresh_contexts`` ignore it: each turn's sample is exactly the context it was
             generated from.
         step_gamma: ``turn`` layout: the discount of each sample's ``step_return``.
+        choice_token_ids: ``turn`` layout: the choices' tokens (``rollout.choices``). A turn with
+            :attr:`Turn.choice_rewards` then gives one sample per choice instead of one (see
+            :func:`choice_samples`).
     """
     if layout == "sequence":
         fresh = [trajectory.env_id for trajectory in trajectories if trajectory.fresh_contexts]
@@ -234,12 +245,45 @@ def make_samples(
     if layout == "turn":
         if history_turns is not None and history_turns < 0:
             raise ValueError(f"history_turns must be >= 0 or None, got {history_turns}.")
-        return [
+        samples = [
             _turn_sample(trajectory, index, history_turns, step_return)
             for trajectory in trajectories
             for index, step_return in enumerate(turn_returns(trajectory.turn_rewards, step_gamma))
         ]
+        if choice_token_ids is None:
+            return samples
+        return [expanded for sample in samples for expanded in choice_samples(sample, choice_token_ids)]
     raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
+
+
+def choice_samples(sample: Sample, choice_token_ids: Sequence[int]) -> list[Sample]:
+    """A one-token turn sample with :attr:`Turn.choice_rewards` as one sample per choice (else ``[sample]``).
+
+    Sample ``k`` ends in choice ``k``'s token instead of the sampled one, its ``reward`` is
+    what that choice earned, and its ``advantage`` that reward minus the mean over the choices:
+    every choice of a visited state is credited, not only the one played (an all-action policy
+    gradient; the rows differ in their last token only, so the update runs their context once).
+    The sampled choice's behaviour logprob is kept on its own sample; the others have none
+    (0.0), which an on-policy update never reads (it rescores every sample).
+    """
+    rewards = sample.choice_rewards
+    if rewards is None:
+        return [sample]
+    if len(rewards) != len(choice_token_ids) or sum(sample.loss_mask) != 1 or sample.loss_mask[-1] != 1:
+        raise ValueError(
+            f"Choice samples need a turn of one generated token, the last, and a reward per choice; got "
+            f"{sum(sample.loss_mask)} generated tokens and {len(rewards)} rewards for {len(choice_token_ids)} choices."
+        )
+    mean = sum(rewards) / len(rewards)
+    sampled = sample.token_ids[-1]
+    expanded = []
+    for token_id, reward in zip(choice_token_ids, rewards, strict=True):
+        logprobs = sample.behavior_logprobs if token_id == sampled else [*sample.behavior_logprobs[:-1], 0.0]
+        expanded.append(replace(
+            sample, token_ids=[*sample.token_ids[:-1], token_id], behavior_logprobs=logprobs,
+            token_rewards=[*sample.token_rewards[:-1], reward], reward=reward, advantage=reward - mean,
+        ))
+    return expanded
 
 
 def _sequence_sample(trajectory: Trajectory) -> Sample:
@@ -302,4 +346,5 @@ def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None, 
         num_turns=len(turns),
         state_key=turn.state_key,
         step_return=step_return,
+        choice_rewards=turn.choice_rewards,
     )

@@ -88,8 +88,14 @@ class TrajectoryBuilder:
         self.loss_mask += [0] * len(prompt)
         self.logprobs += [0.0] * len(prompt)
 
-    def add_generation(self, completion: Completion, text: str, reward: float, info: dict[str, Any]) -> None:
-        """Append a turn's generated tokens (as sampled, decoded as ``text``) with the env's verdict on them."""
+    def add_generation(
+        self, completion: Completion, text: str, reward: float, info: dict[str, Any],
+        choice_rewards: tuple[float, ...] | None = None,
+    ) -> None:
+        """Append a turn's generated tokens (as sampled, decoded as ``text``) with the env's verdict on them.
+
+        ``choice_rewards``: what each choice would have earned instead (:attr:`Turn.choice_rewards`).
+        """
         self.messages.append({"role": "assistant", "content": text})
         begin = len(self.token_ids)
         if self.turns and (completion.policy_versions is not None) != bool(self.version_spans):
@@ -111,6 +117,7 @@ class TrajectoryBuilder:
                 action_is_valid=bool(info.get("action_is_valid", True)),
                 finish_reason=completion.finish_reason,
                 state_key=self.state_key,
+                choice_rewards=choice_rewards,
             )
         )
         self.state_key = info.get("state_key")

@@ -381,7 +381,7 @@ class Trainer:
         rollout = self.config.rollout
         return AgentConfig(
             sampling=sampling, max_turns=rollout.max_turns or None, max_context_tokens=rollout.max_model_len,
-            sampling_seed=seed,
+            sampling_seed=seed, lookahead=self.config.loss.credit == "lookahead",
         )
 
     def _play(
@@ -406,7 +406,8 @@ class Trainer:
                 episode_weight=loss.tree_episode_weight,
             )
         else:
-            samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma)
+            choices = self.choice_ids if loss.credit == "lookahead" else None
+            samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma, choice_token_ids=choices)
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:
             kept_groups = self._informative_groups(trajectories)

@@ -45,18 +45,25 @@ class AgentConfig:
         sampling_seed: when set, request ``r`` of episode ``e`` samples with a seed derived from
             (``sampling_seed``, e, r), so a rollout is reproducible whatever the batching
             (on backends that honour per-request seeds: hf, and vLLM on GPUs).
+        lookahead: before each turn of the chain loop, play every choice
+            (``sampling.allowed_token_ids``) once from a snapshot of the env and record the
+            reward each earned (:attr:`Turn.choice_rewards`); the env is then restored and the
+            sampled choice played. Needs a choice and an env with snapshots.
     """
 
     sampling: SamplingSpec = SamplingSpec()
     max_turns: int | None = None
     max_context_tokens: int = 2048
     sampling_seed: int | None = None
+    lookahead: bool = False
 
     def __post_init__(self) -> None:
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1 or None, got {self.max_turns}.")
         if self.max_context_tokens < 2:
             raise ValueError(f"max_context_tokens must be >= 2, got {self.max_context_tokens}.")
+        if self.lookahead and not self.sampling.allowed_token_ids:
+            raise ValueError("lookahead plays each choice of sampling.allowed_token_ids; none are set.")
 
 
 class Agent:

@@ -82,14 +82,30 @@ async def play_turns(
             await before_turn(builder)
         completion = await agent.generate(builder, obs_queue, act_queue)
         text = agent.chat.action_text(completion.token_ids)
+        choice_rewards = await lookahead_rewards(agent, env) if agent.config.lookahead else None
         observation, reward, terminated, truncated, info = await env.step(text)
-        builder.add_generation(completion, text, float(reward), info)
+        builder.add_generation(completion, text, float(reward), info, choice_rewards)
         if terminated or truncated:
             return builder.build("terminated" if terminated else "truncated")
         if agent.config.max_turns is not None and len(builder.turns) >= agent.config.max_turns:
             return builder.build("max_turns")
         if not next_observation(agent.chat, builder, completion, observation):
             return builder.build("context_overflow")
+
+
+async def lookahead_rewards(agent: Agent, env: AgentEnv) -> tuple[float, ...]:
+    """The reward each choice (``sampling.allowed_token_ids``) earns from the env's state now; the state is kept.
+
+    Every choice is played once from a snapshot, and the snapshot is restored after the last.
+    """
+    state = await env.get_state()
+    rewards = []
+    for token_id in agent.config.sampling.allowed_token_ids:
+        await env.set_state(state)
+        _, reward, _, _, _ = await env.step(agent.chat.action_text([token_id]))
+        rewards.append(float(reward))
+    await env.set_state(state)
+    return tuple(rewards)
 
 
 def plays_chain(cls: type[Agent]) -> bool:

@@ -42,16 +42,18 @@ def with_advantages(
     * ``grpo``: each sample's episode return normalized among the episodes of its group, on
       all its generated tokens; with ``credit="gigpo"`` that times ``episode_weight``, plus
       ``step_weight`` times the step advantage among turns from the same state (:func:`~llmgym_train.algorithms.step_grouped`);
-      with ``credit="tree"`` the samples' own branch advantages (``Sample.advantage``).
+      with ``credit="tree"`` the samples' own branch advantages (``Sample.advantage``), and
+      with ``credit="lookahead"`` their choices' (:func:`~llmgym_train.data.choice_samples`).
     * ``reinforce_pp``: discounted token returns whitened over the batch.
     * ``ppo``: token-level GAE from ``values`` ``(B, T)``, advantages whitened over the batch.
     """
     mask = batch.loss_mask  # (B, T)
     if algo == "grpo":
-        if credit == "tree":
+        if credit in ("tree", "lookahead"):
             # Tree rollouts: each sample's branch advantage was computed over its whole tree
-            # (llmgym_train.tree.tree_samples), before any sample was filtered out.
-            assert batch.sample_advantages is not None, "credit='tree' needs samples from llmgym_train.tree.tree_samples"
+            # (llmgym_train.tree.tree_samples), before any sample was filtered out; lookahead:
+            # each choice's reward minus the mean over its state's choices (data.choice_samples).
+            assert batch.sample_advantages is not None, f"credit={credit!r} needs samples that carry their advantages"
             per_sample = batch.sample_advantages  # (B,)
         elif credit == "gigpo":
             per_sample = step_grouped(

@@ -1,0 +1,133 @@
+"""Lookahead credit: every choice of a visited state played from a snapshot, and trained with its reward."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import llmgym  # noqa: F401  (registers the ids)
+from llmgym.error import InvalidOptionError
+from llmgym_train.agents import AgentConfig, AsyncEnv
+from llmgym_train.agents.chain import MarkovAgent, lookahead_rewards
+from llmgym_train.chat import ChatTokens
+from llmgym_train.config import load_config
+from llmgym_train.data import Sample, choice_samples
+from llmgym_train.generation import SamplingSpec
+
+MOVES = ["Up", "Down", "Left", "Right"]
+SOKOBAN = "llmgym/Sokoban-v1"
+# The box can go Right onto the target (solved) or be pushed Down against the wall (no solution).
+LEVEL = "######\n#    #\n# @$.#\n#    #\n######"
+
+
+def one_token_sample(**changes: Any) -> Sample:
+    fields: dict[str, Any] = dict(
+        token_ids=[5, 6, 7, 40], loss_mask=[0, 0, 0, 1], behavior_logprobs=[0.0, 0.0, 0.0, -1.2],
+        token_rewards=[0.0, 0.0, 0.0, 1.0], reward=1.0, episode_return=1.0, success=False, actions_valid=True,
+        cut_off=False, truncated=False, group_id=0, episode_index=3, turn_index=2, num_turns=5,
+    )
+    fields.update(changes)
+    return Sample(**fields)
+
+
+def test_choice_samples_credit_every_choice_with_its_reward_minus_the_mean() -> None:
+    sample = one_token_sample(choice_rewards=(1.0, -1.0, 0.0, 4.0))
+    expanded = choice_samples(sample, [40, 41, 42, 43])
+    assert [s.token_ids for s in expanded] == [[5, 6, 7, token] for token in (40, 41, 42, 43)]
+    assert [s.advantage for s in expanded] == [0.0, -2.0, -1.0, 3.0]
+    assert [s.reward for s in expanded] == [1.0, -1.0, 0.0, 4.0]
+    assert [s.token_rewards[-1] for s in expanded] == [1.0, -1.0, 0.0, 4.0]
+    # The sampled choice (token 40) keeps its behaviour logprob; the others were never sampled.
+    assert [s.behavior_logprobs[-1] for s in expanded] == [-1.2, 0.0, 0.0, 0.0]
+    assert all(s.loss_mask == sample.loss_mask and s.episode_index == 3 and s.turn_index == 2 for s in expanded)
+    assert choice_samples(one_token_sample(), [40, 41, 42, 43]) == [one_token_sample()]  # no lookahead: as it was
+
+
+def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() -> None:
+    with pytest.raises(ValueError, match="one generated token"):
+        choice_samples(one_token_sample(loss_mask=[0, 0, 1, 1], choice_rewards=(0.0,) * 4), [40, 41, 42, 43])
+    with pytest.raises(ValueError, match="3 rewards for 4 choices"):
+        choice_samples(one_token_sample(choice_rewards=(0.0,) * 3), [40, 41, 42, 43])
+
+
+def markov_agent(char_tokenizer_with_moves: Any) -> MarkovAgent:
+    chat = ChatTokens(char_tokenizer_with_moves, response_prefix="<answer>")
+    sampling = SamplingSpec(max_tokens=1, allowed_token_ids=chat.choice_token_ids(MOVES))
+    return MarkovAgent(chat, AgentConfig(sampling=sampling, lookahead=True))
+
+
+def test_lookahead_rewards_are_what_each_move_earns_and_leave_the_env_as_it_was() -> None:
+    from llmgym_train.testing import tiny_tokenizer
+
+    agent = markov_agent(tiny_tokenizer(MOVES))
+    env = gym.make(SOKOBAN, progress_reward=1.0, step_penalty=0.0, action_parser="lenient")
+    handle = AsyncEnv(env)
+
+    async def run() -> tuple[tuple[float, ...], Any, Any]:
+        await handle.reset(options={"level": LEVEL})
+        await handle.step("<answer>Left</answer>")  # one turn played: the counter must survive too
+        before = env.unwrapped.get_state()
+        rewards = await lookahead_rewards(agent, handle)
+        return rewards, before, env.unwrapped.get_state()
+
+    rewards, before, after = asyncio.run(run())
+    assert after.task == before.task and after.turn == before.turn == 1 and not after.ended
+    # Each move played by hand from the same position on a fresh env.
+    expected = []
+    for move in MOVES:
+        fresh = gym.make(SOKOBAN, progress_reward=1.0, step_penalty=0.0, action_parser="lenient")
+        fresh.reset(options={"level": LEVEL})
+        fresh.step("<answer>Left</answer>")
+        expected.append(float(fresh.step(f"<answer>{move}</answer>")[1]))
+    assert rewards == tuple(expected)
+    # Two cells behind the box: Right walks toward it (+1), Left into the wall (0), Up and Down away (-1).
+    assert rewards == (-1.0, -1.0, 0.0, 1.0)
+
+
+def test_lookahead_needs_choices() -> None:
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        AgentConfig(sampling=SamplingSpec(max_tokens=1), lookahead=True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "missing"),
+    [
+        (["rollout.layout=turn", "rollout.max_new_tokens=1"], "rollout.choices"),
+        (['rollout.choices=["Up","Down"]', "rollout.max_new_tokens=1"], "rollout.layout=turn"),
+        (['rollout.choices=["Up","Down"]', "rollout.max_new_tokens=1", "rollout.layout=turn", "algo=ppo"],
+         "algo=grpo"),
+    ],
+)
+def test_config_names_what_lookahead_credit_is_missing(overrides: list[str], missing: str) -> None:
+    with pytest.raises(InvalidOptionError, match=f"lookahead.*needs.*{missing}"):
+        load_config(None, ["loss.credit=lookahead", *overrides])
+
+
+def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any) -> None:
+    from llmgym_train.testing import save_tiny_model
+    from llmgym_train.trainer import Trainer
+
+    model = save_tiny_model(tmp_path / "model", seed=1, words=MOVES)
+    config = load_config(overrides=[
+        f"model={model}", "steps=1", f"output={tmp_path / 'run'}", "rollout.backend=hf", "eval.disabled=true",
+        f"train_envs=[{{id: {SOKOBAN}, n_groups: 2, options: {{max_turns: 3, progress_reward: 1.0, step_penalty: 0.0, action_parser: lenient}}}}]",
+        "rollout.agent=markov", "rollout.layout=turn", "rollout.response_prefix=<answer>",
+        f"rollout.choices={MOVES}".replace("'", '"'), "rollout.max_new_tokens=1", "rollout.max_model_len=512",
+        "rollout.group_size=1", "loss.credit=lookahead", "progress=false", "threads=1",
+    ])
+    with Trainer(config) as trainer:
+        trajectories, _ = trainer.collect(0)
+        samples, _ = trainer._filtered_samples(trajectories)
+        metrics = trainer.train_step()
+    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
+    assert turns and all(turn.choice_rewards is not None and len(turn.choice_rewards) == 4 for turn in turns)
+    assert len(samples) == 4 * len(turns)
+    # Each turn's four samples differ in their last token only and their advantages sum to 0.
+    for start in range(0, len(samples), 4):
+        four = samples[start : start + 4]
+        assert len({tuple(s.token_ids[:-1]) for s in four}) == 1 and len({s.token_ids[-1] for s in four}) == 4
+        assert sum(s.advantage for s in four) == pytest.approx(0.0)
+    assert metrics["samples"] == 4 * metrics["env_steps"]
