@@ -80,7 +80,21 @@ _TRAINER_NAMES = {"success_rate": "success_rate", "mean_return": "reward_mean", 
 def _labelled(trajectories: Sequence[Trajectory], suffix: str) -> dict[str, Any]:
     if not trajectories:
         return {}
-    return {f"{_TRAINER_NAMES[name]}{suffix}": value for name, value in episode_figures(trajectories).items()}
+    figures = {f"{_TRAINER_NAMES[name]}{suffix}": value for name, value in episode_figures(trajectories).items()}
+    best = best_choice_rate(trajectories)
+    if best is not None:
+        figures[f"best_choice_rate{suffix}"] = best
+    return figures
+
+
+def best_choice_rate(trajectories: Sequence[Trajectory]) -> float | None:
+    """Share of looked-ahead turns (``loss.credit=lookahead``) whose reward was the best any choice earned.
+
+    With Sokoban's ``progress_reward`` that is the share of moves on an optimal path. ``None``
+    when no turn looked ahead.
+    """
+    best = [turn.reward >= max(turn.choice_rewards) for t in trajectories for turn in t.turns if turn.choice_rewards]
+    return float(np.mean(best)) if best else None
 
 
 def route_library_logs(path: Path) -> None:

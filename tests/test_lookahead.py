@@ -16,6 +16,7 @@ from llmgym_train.chat import ChatTokens
 from llmgym_train.config import load_config
 from llmgym_train.data import Sample, choice_samples
 from llmgym_train.generation import SamplingSpec
+from llmgym_train.metrics import best_choice_rate
 
 MOVES = ["Up", "Down", "Left", "Right"]
 SOKOBAN = "llmgym/Sokoban-v1"
@@ -131,3 +132,7 @@ def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any) 
         assert len({tuple(s.token_ids[:-1]) for s in four}) == 1 and len({s.token_ids[-1] for s in four}) == 4
         assert sum(s.advantage for s in four) == pytest.approx(0.0)
     assert metrics["samples"] == 4 * metrics["env_steps"]
+    # The share of played moves that earned the best any choice did, logged per step.
+    best = [turn.reward == max(turn.choice_rewards) for turn in turns]
+    assert best_choice_rate(trajectories) == pytest.approx(sum(best) / len(best))
+    assert 0.0 <= metrics["best_choice_rate"] <= 1.0
