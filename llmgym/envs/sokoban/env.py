@@ -131,21 +131,7 @@ class SokobanEnv(TextEnv):
     ) -> None:
         self.dim_room = check_settings(dim_room, num_boxes)
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
-        if max_actions_per_turn < 1:
-            raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
-        if progress_reward and num_boxes > 2:
-            raise InvalidOptionError(
-                f"progress_reward solves the position exactly after every turn, which is only cheap for up to 2 "
-                f"boxes; got num_boxes={num_boxes}. Use progress_reward=0 for more boxes."
-            )
-        if grid not in ("compact", "spaced"):
-            raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
-        budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
-        if not (solve_budget is None or solve_budget == "auto" or budget_is_count):
-            raise InvalidOptionError(
-                f'solve_budget must be None (exact), "auto", or an int >= 0 (0 skips solving), '
-                f"got {solve_budget!r}."
-            )
+        _check_options(max_actions_per_turn, grid, solve_budget, progress_reward, num_boxes)
         super().__init__(
             render_mode=render_mode,
             invalid_penalty=invalid_penalty,
@@ -353,6 +339,27 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
     1: "You pushed a box onto a target.",
     -1: "You pushed a box off a target.",
 }
+
+
+def _check_options(
+    max_actions_per_turn: int, grid: str, solve_budget: Any, progress_reward: float, num_boxes: int
+) -> None:
+    """Refuse constructor options out of range, with what is allowed."""
+    if max_actions_per_turn < 1:
+        raise InvalidOptionError(f"max_actions_per_turn must be >= 1, got {max_actions_per_turn}.")
+    if progress_reward and num_boxes > 2:
+        raise InvalidOptionError(
+            f"progress_reward solves the position exactly after every turn, which is only cheap for up to 2 "
+            f"boxes; got num_boxes={num_boxes}. Use progress_reward=0 for more boxes."
+        )
+    if grid not in ("compact", "spaced"):
+        raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
+    budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
+    if not (solve_budget is None or solve_budget == "auto" or budget_is_count):
+        raise InvalidOptionError(
+            f'solve_budget must be None (exact), "auto", or an int >= 0 (0 skips solving), '
+            f"got {solve_budget!r}."
+        )
 
 
 def _progress(before: int | None, after: int | None) -> int:
