@@ -186,16 +186,16 @@ PRESETS: dict[str, Preset] = {
         train_envs=tuple(
             {"name": f"moves-{moves or 'any'}", "n_groups": groups,
              "options": {"max_level_moves": moves, "max_turns": turns, "step_penalty": 0.0,
-                         "action_parser": "lenient"}}
-            for moves, groups, turns in ((1, 8, 4), (2, 8, 6), (3, 4, 8))
+                         "progress_reward": 1.0, "action_parser": "lenient"}}
+            for moves, groups, turns in ((3, 4, 8), (None, 8, 20))
         ),
         eval_options={"max_turns": 30, "action_parser": "lenient"},
         overrides=(
-            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
-            "rollout.response_prefix=<answer>", 'rollout.choices=["Up","Down","Left","Right"]',
-            "rollout.max_new_tokens=1", "rollout.max_model_len=384", "optim.micro_batch_size=64", "optim.lr=5e-5",
-            "rollout.group_size=4", "rollout.temperature=2.0", "eval.every=10", "optim.lr_schedule=cosine",
-            "optim.lr_final=0.1",
+            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=lookahead",
+            "loss.lookahead_target=best", "rollout.response_prefix=<answer>",
+            'rollout.choices=["Up","Down","Left","Right"]', "rollout.max_new_tokens=1", "rollout.max_model_len=384",
+            "optim.micro_batch_size=64", "optim.lr=5e-5", "rollout.group_size=1", "rollout.temperature=2.0",
+            "eval.every=10", "optim.lr_schedule=cosine", "optim.lr_final=0.1",
             _SHORT_CONTEXT,
         ),
     ),

@@ -37,6 +37,8 @@ Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
 Backend = Literal["vllm", "hf"]
 Layout = Literal["sequence", "turn"]
 Credit = Literal["episode", "gigpo", "tree", "lookahead"]
+#: ``loss.credit=lookahead``: what a choice is credited with (see :func:`llmgym_train.data.choice_samples`).
+ChoiceTarget = Literal["reward", "best"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 LRSchedule = Literal["constant", "linear", "cosine"]
@@ -296,6 +298,13 @@ class LossConfig:
     #: policy gradient on turn rewards; needs ``rollout.choices``, ``rollout.layout=turn`` and an
     #: env with snapshots whose turn rewards say how good a move is, e.g. Sokoban's ``progress_reward``).
     credit: Credit = "episode"
+    #: ``lookahead``: each choice's credit, minus its mean over the state's choices: ``reward`` (the
+    #: reward it earned: the all-action policy gradient) or ``best`` (1 for the choices that earned
+    #: the state's highest reward, else 0: a step of greedy policy improvement, blind to how much
+    #: worse the others are). Under Sokoban's ``progress_reward`` a push into a deadlock costs the
+    #: moves left (up to about 15 on 6x6 rooms) where a good move earns 1, so ``reward`` spends most
+    #: of each update on "not the deadlock" and little on "the best move".
+    lookahead_target: ChoiceTarget = "reward"
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0
     #: ``gigpo``: weight of the episode advantage; at 0 only turns from a state other turns of
@@ -316,6 +325,7 @@ class LossConfig:
         _check_choice("loss", "aggregation", self.aggregation, LossAggregation)
         _check_choice("loss", "kl_estimator", self.kl_estimator, KLEstimator)
         _check_choice("loss", "credit", self.credit, Credit)
+        _check_choice("loss", "lookahead_target", self.lookahead_target, ChoiceTarget)
         _check_choice("loss", "importance_level", self.importance_level, ImportanceLevel)
         _check_range("loss", "behaviour_cap", self.behaviour_cap, 0.0, low_open=True)
         _check_range("loss", "step_weight", self.step_weight, 0.0)

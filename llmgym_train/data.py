@@ -220,6 +220,7 @@ def make_samples(
     history_turns: int | None = None,
     step_gamma: float = 1.0,
     choice_token_ids: Sequence[int] | None = None,
+    choice_target: str = "reward",
 ) -> list[Sample]:
     """Training samples from ``trajectories`` in the chosen layout.
 
@@ -233,6 +234,7 @@ def make_samples(
         choice_token_ids: ``turn`` layout: the choices' tokens (``rollout.choices``). A turn with
             :attr:`Turn.choice_rewards` then gives one sample per choice instead of one (see
             :func:`choice_samples`).
+        choice_target: what each choice is credited with (:func:`choice_samples`).
     """
     if layout == "sequence":
         fresh = [trajectory.env_id for trajectory in trajectories if trajectory.fresh_contexts]
@@ -252,17 +254,23 @@ def make_samples(
         ]
         if choice_token_ids is None:
             return samples
-        return [expanded for sample in samples for expanded in choice_samples(sample, choice_token_ids)]
+        return [expanded for sample in samples for expanded in choice_samples(sample, choice_token_ids, choice_target)]
     raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
 
 
-def choice_samples(sample: Sample, choice_token_ids: Sequence[int]) -> list[Sample]:
+#: Rewards this close to a state's highest count as highest (``target="best"``): float rounding, not a worse move.
+_TIE = 1e-9
+
+
+def choice_samples(sample: Sample, choice_token_ids: Sequence[int], target: str = "reward") -> list[Sample]:
     """A one-token turn sample with :attr:`Turn.choice_rewards` as one sample per choice (else ``[sample]``).
 
     Sample ``k`` ends in choice ``k``'s token instead of the sampled one, its ``reward`` is
-    what that choice earned, and its ``advantage`` that reward minus the mean over the choices:
-    every choice of a visited state is credited, not only the one played (an all-action policy
-    gradient; the rows differ in their last token only, so the update runs their context once).
+    what that choice earned, and its ``advantage`` its credit minus the mean credit over the
+    choices: every choice of a visited state is credited, not only the one played (an all-action
+    policy gradient; the rows differ in their last token only, so the update runs their context
+    once). ``target``: the credit is the reward (``"reward"``) or 1 for the choices that earned the
+    highest reward and 0 for the others (``"best"``).
     The sampled choice's behaviour logprob is kept on its own sample; the others have none
     (0.0), which an on-policy update never reads (it rescores every sample).
     """
@@ -274,14 +282,20 @@ def choice_samples(sample: Sample, choice_token_ids: Sequence[int]) -> list[Samp
             f"Choice samples need a turn of one generated token, the last, and a reward per choice; got "
             f"{sum(sample.loss_mask)} generated tokens and {len(rewards)} rewards for {len(choice_token_ids)} choices."
         )
-    mean = sum(rewards) / len(rewards)
+    if target == "best":
+        credits = [float(reward >= max(rewards) - _TIE) for reward in rewards]
+    elif target == "reward":
+        credits = list(rewards)
+    else:
+        raise ValueError(f"target must be 'reward' or 'best', got {target!r}.")
+    mean = sum(credits) / len(credits)
     sampled = sample.token_ids[-1]
     expanded = []
-    for token_id, reward in zip(choice_token_ids, rewards, strict=True):
+    for token_id, reward, credit in zip(choice_token_ids, rewards, credits, strict=True):
         logprobs = sample.behavior_logprobs if token_id == sampled else [*sample.behavior_logprobs[:-1], 0.0]
         expanded.append(replace(
             sample, token_ids=[*sample.token_ids[:-1], token_id], behavior_logprobs=logprobs,
-            token_rewards=[*sample.token_rewards[:-1], reward], reward=reward, advantage=reward - mean,
+            token_rewards=[*sample.token_rewards[:-1], reward], reward=reward, advantage=credit - mean,
         ))
     return expanded
 

@@ -407,7 +407,10 @@ class Trainer:
             )
         else:
             choices = self.choice_ids if loss.credit == "lookahead" else None
-            samples = make_samples(trajectories, rollout.layout, history, step_gamma=loss.step_gamma, choice_token_ids=choices)
+            samples = make_samples(
+                trajectories, rollout.layout, history, step_gamma=loss.step_gamma, choice_token_ids=choices,
+                choice_target=loss.lookahead_target,
+            )
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:
             kept_groups = self._informative_groups(trajectories)

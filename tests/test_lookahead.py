@@ -47,6 +47,20 @@ def test_choice_samples_credit_every_choice_with_its_reward_minus_the_mean() -> 
     assert choice_samples(one_token_sample(), [40, 41, 42, 43]) == [one_token_sample()]  # no lookahead: as it was
 
 
+def test_best_target_credits_the_best_choices_alike_however_bad_the_others() -> None:
+    # A deadlock (-9) beside a good move (+1), a step away (-1) and a bump (0): the reward target
+    # spends its weight on the deadlock; the best target credits the good move alone.
+    deadlock = choice_samples(one_token_sample(choice_rewards=(1.0, -1.0, 0.0, -9.0)), [40, 41, 42, 43], "best")
+    assert [s.advantage for s in deadlock] == [0.75, -0.25, -0.25, -0.25]
+    assert [s.reward for s in deadlock] == [1.0, -1.0, 0.0, -9.0]  # the rewards themselves are kept
+    tied = choice_samples(one_token_sample(choice_rewards=(1.0, 1.0, 0.0, 0.0)), [40, 41, 42, 43], "best")
+    assert [s.advantage for s in tied] == [0.5, 0.5, -0.5, -0.5]
+    alike = choice_samples(one_token_sample(choice_rewards=(0.0,) * 4), [40, 41, 42, 43], "best")
+    assert [s.advantage for s in alike] == [0.0] * 4  # nothing to prefer: no signal
+    with pytest.raises(ValueError, match="'reward' or 'best'"):
+        choice_samples(one_token_sample(choice_rewards=(0.0,) * 4), [40, 41, 42, 43], "rank")
+
+
 def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() -> None:
     with pytest.raises(ValueError, match="one generated token"):
         choice_samples(one_token_sample(loss_mask=[0, 0, 1, 1], choice_rewards=(0.0,) * 4), [40, 41, 42, 43])
