@@ -1,0 +1,182 @@
+"""Benchmark: how fast the trainer's own update teaches SmolLM2-135M the best Sokoban move, per credit.
+
+    python -m benchmarks.choice_learning [--modes sft best reward] [--levels any] [--steps 20] [--rooms 32]
+
+No rollouts and no engine: this isolates the update. Each step draws ``--rooms`` generated
+``Sokoban-v1`` rooms (one box; ``--levels``: rooms that need 1, 2 or 3 moves, or ``any``: the
+full distribution), plays each of the four moves once from the room's start with
+``progress_reward=1`` (what ``loss.credit=lookahead`` sees: the moves it saved, a push into a
+deadlock costing the moves left plus one), builds the samples the trainer would
+(:func:`~llmgym_train.data.choice_samples`, the markov agent's prompt with the ``<answer>``
+prefix, the choice at temperature 2) and runs the trainer's update on them
+(:func:`~llmgym_train.update.run_epochs`: AdamW at ``--lr``, constant, gradients clipped at 1,
+as the ``sokoban-v1`` preset). Modes:
+
+* ``sft``: the labelled optimal move alone, advantage 1 (supervised cross-entropy over the four moves).
+* ``best``: ``loss.lookahead_target=best``: 1 for the moves of the highest reward, minus the mean.
+* ``reward``: ``loss.lookahead_target=reward``: each move's reward minus the mean.
+
+Every ``--every`` steps: greedy accuracy (an optimal first move, see
+:func:`benchmarks.readability.optimal_first_moves`) on 128 held-out rooms (``any``: the first 128
+levels of the frozen ``Sokoban-v1`` eval set). Results merge into
+``benchmarks/results/choice_learning.json`` under ``results["<mode>/<levels>"]``, with the load
+average at the start and end of each. Not a test: a mode takes about ten minutes of both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import llmgym  # noqa: F401  (registers the ids)
+from benchmarks.common import RESULTS_DIR, write_result
+from benchmarks.readability import ENV_ID, FORMATS, MODEL, MOVES, check_choice, optimal_first_moves
+from llmgym.eval_sets import load_eval_set
+
+NAME = "choice_learning"
+MODES = ("sft", "best", "reward")
+LEVELS = ("1", "2", "3", "any")
+TEMPERATURE = 2.0
+#: (prompt token ids, each move's reward with progress_reward=1, indices of the optimal first moves)
+Room = tuple[list[int], tuple[float, ...], frozenset[int]]
+
+
+def rooms(chat: Any, levels: str, seeds: range, test: bool) -> list[Room]:
+    """Prompts, per-move rewards and optimal first moves of ``levels`` rooms (seeded, or the eval set's)."""
+    moves = None if levels == "any" else int(levels)
+    env = gym.make(ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **FORMATS["v1"]).unwrapped
+    if levels == "any" and test:
+        resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds)]]
+    else:
+        resets = [{"seed": seed} for seed in seeds]
+    found = []
+    for reset in resets:
+        observation, info = env.reset(**reset)
+        start = env.get_state()
+        rewards = []
+        for move in MOVES:
+            env.set_state(start)
+            rewards.append(float(env.step(f"<answer>{move}</answer>")[1]))
+        env.set_state(start)
+        found.append((chat.prompt(observation, info["system_prompt"]), tuple(rewards), optimal_first_moves(env)))
+    env.close()
+    return found
+
+
+def step_samples(batch: list[Room], mode: str, choice_ids: list[int]) -> list[Any]:
+    """The trainer's samples for one step: one per move (``best``, ``reward``) or the optimal move only (``sft``)."""
+    from llmgym_train.data import Sample, choice_samples
+
+    samples = []
+    for group, (prompt, rewards, best) in enumerate(batch):
+        tokens = [*prompt, choice_ids[0]]
+        sample = Sample(
+            token_ids=tokens, loss_mask=[0] * len(prompt) + [1], behavior_logprobs=[0.0] * len(tokens),
+            token_rewards=[0.0] * len(tokens), reward=0.0, episode_return=0.0, success=False, actions_valid=True,
+            cut_off=False, truncated=False, group_id=group, episode_index=group, turn_index=0, num_turns=1,
+        )
+        if mode == "sft":
+            samples.append(replace(sample, token_ids=[*prompt, choice_ids[min(best)]], advantage=1.0))
+        else:
+            samples += choice_samples(replace(sample, choice_rewards=rewards), choice_ids, mode)
+    return samples
+
+
+@torch.no_grad()
+def accuracy(policy: Any, choice_ids: list[int], test: list[Room]) -> tuple[float, list[int]]:
+    """Greedy accuracy on ``test`` (an optimal first move) and how often each move was chosen."""
+    from llmgym_train.batching import collate
+
+    policy.model.eval()
+    hits, counts = [], [0] * len(MOVES)
+    for start in range(0, len(test), 32):
+        chunk = test[start : start + 32]
+        samples = step_samples(chunk, "best", choice_ids)[:: len(MOVES)]  # one row per room, ending in any move
+        batch = collate(samples, policy.pad_token_id)
+        hidden = policy.model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+        last = batch.attention_mask.sum(dim=1) - 2  # the position that predicts the move
+        logits = policy.model.get_output_embeddings()(hidden[torch.arange(len(chunk)), last])[:, choice_ids]
+        for room, move in zip(chunk, logits.argmax(-1).tolist(), strict=True):
+            hits.append(move in room[2])
+            counts[move] += 1
+    policy.model.train()
+    return float(np.mean(hits)), counts
+
+
+def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One (mode, levels) entry: held-out accuracy every ``args.every`` steps of the trainer's update."""
+    from llmgym_train.algorithms import with_advantages
+    from llmgym_train.batching import collate
+    from llmgym_train.chat import ChatTokens
+    from llmgym_train.config import LossConfig, ModelConfig, OptimConfig
+    from llmgym_train.models import resolve_model
+    from llmgym_train.policy import Policy
+    from llmgym_train.update import normalizer, run_epochs, with_signal
+    from transformers import AutoTokenizer
+
+    started, load_start = time.perf_counter(), os.getloadavg()
+    torch.manual_seed(args.seed)
+    path = resolve_model(MODEL)
+    chat = ChatTokens(AutoTokenizer.from_pretrained(path), response_prefix="<answer>")
+    policy = Policy.load(path, ModelConfig(gradient_checkpointing=False), with_value=False, with_reference=False)
+    choice_ids = chat.choice_token_ids(MOVES)
+    policy.allowed_token_ids, policy.choice_temperature = torch.tensor(choice_ids), TEMPERATURE
+    optim = OptimConfig(lr=args.lr, max_grad_norm=1.0, micro_batch_size=64)
+    loss = LossConfig(credit="tree" if mode == "sft" else "lookahead", normalize_std=False)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
+    pool = rooms(chat, levels, range(args.steps * args.rooms), test=False)
+    test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True)
+    curve = [{"step": 0, **dict(zip(("accuracy", "moves"), accuracy(policy, choice_ids, test), strict=True))}]
+    print(f"{mode}/{levels} step 0: {curve[-1]}", flush=True)
+    for step in range(1, args.steps + 1):
+        batch = collate(step_samples(pool[(step - 1) * args.rooms : step * args.rooms], mode, choice_ids), policy.pad_token_id)
+        batch = with_advantages(
+            replace(batch, old_logprobs=None), "grpo", normalize_std=False, gamma=1.0, lam=1.0, credit=loss.credit
+        )
+        divisor = normalizer(batch, loss.aggregation)
+        result = run_epochs(
+            policy, optimizer, batch.select(with_signal(batch)), optim=optim, loss=loss, algo="grpo",
+            generator=torch.Generator().manual_seed(step), divisor=divisor,
+        )
+        if step % args.every == 0 or step == args.steps:
+            accuracy_now, moves = accuracy(policy, choice_ids, test)
+            curve.append({"step": step, "accuracy": accuracy_now, "moves": moves, "entropy": result.means.get("entropy")})
+            print(f"{mode}/{levels} step {step}: {curve[-1]}", flush=True)
+    return {
+        "mode": mode, "levels": levels, "rooms_per_step": args.rooms, "steps": args.steps, "lr": args.lr,
+        "test_rooms": len(test), "temperature": TEMPERATURE, "curve": curve,
+        "seconds": time.perf_counter() - started, "load_average_start": load_start, "load_average_end": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), help=f"credits: {', '.join(MODES)}")
+    parser.add_argument("--levels", nargs="+", default=["any"], help="1, 2, 3 (moves) or any")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rooms", type=int, default=32, help="rooms per step")
+    parser.add_argument("--test", type=int, default=128, help="held-out rooms")
+    parser.add_argument("--every", type=int, default=5, help="steps between accuracy checks")
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    check_choice(args.modes, MODES, "mode")
+    check_choice(args.levels, LEVELS, "levels")
+    path = RESULTS_DIR / f"{NAME}.json"
+    results = json.loads(path.read_text()).get("results", {}) if path.is_file() else {}
+    for mode in args.modes:
+        for levels in args.levels:
+            results[f"{mode}/{levels}"] = train(mode, levels, args)
+            write_result(NAME, {"env_id": ENV_ID, "model": MODEL, "results": results})
+
+
+if __name__ == "__main__":
+    main()
