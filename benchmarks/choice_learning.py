@@ -1,6 +1,7 @@
 """Benchmark: how fast the trainer's own update teaches SmolLM2-135M the best Sokoban move, per credit.
 
     python -m benchmarks.choice_learning [--modes sft best reward] [--levels any] [--steps 20] [--rooms 32]
+    python -m benchmarks.choice_learning --checkpoints runs/x/model ... [--levels 1 3 any]
 
 No rollouts and no engine: this isolates the update. Each step draws ``--rooms`` generated
 ``Sokoban-v1`` rooms (one box; ``--levels``: rooms that need 1, 2 or 3 moves, or ``any``: the
@@ -21,6 +22,8 @@ Every ``--every`` steps: greedy accuracy (an optimal first move, see
 levels of the frozen ``Sokoban-v1`` eval set). Results merge into
 ``benchmarks/results/choice_learning.json`` under ``results["<mode>/<levels>"]``, with the load
 average at the start and end of each. Not a test: a mode takes about ten minutes of both cores.
+``--checkpoints`` trains nothing: it scores model folders (a run's ``model/``, or the base
+model's) on the same held-out rooms, under ``results["checkpoint:<folder>/<levels>"]``.
 """
 
 from __future__ import annotations
@@ -111,24 +114,44 @@ def accuracy(policy: Any, choice_ids: list[int], test: list[Room]) -> tuple[floa
     return float(np.mean(hits)), counts
 
 
+def load_policy(folder: str) -> tuple[Any, Any]:
+    """The policy in ``folder`` as the trainer holds it (the choice at temperature 2), and its chat tokens."""
+    from llmgym_train.chat import ChatTokens
+    from llmgym_train.config import ModelConfig
+    from llmgym_train.policy import Policy
+    from transformers import AutoTokenizer
+
+    chat = ChatTokens(AutoTokenizer.from_pretrained(folder), response_prefix="<answer>")
+    policy = Policy.load(folder, ModelConfig(gradient_checkpointing=False), with_value=False, with_reference=False)
+    policy.allowed_token_ids, policy.choice_temperature = torch.tensor(chat.choice_token_ids(MOVES)), TEMPERATURE
+    return policy, chat
+
+
+def score_checkpoint(folder: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One (checkpoint, levels) entry: greedy accuracy of the model in ``folder`` on the held-out rooms."""
+    load_start = os.getloadavg()
+    policy, chat = load_policy(folder)
+    test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True)
+    hit, moves = accuracy(policy, chat.choice_token_ids(MOVES), test)
+    print(f"checkpoint:{folder}/{levels}: {hit:.3f} {moves}", flush=True)
+    return {
+        "checkpoint": folder, "levels": levels, "test_rooms": len(test), "accuracy": hit, "moves": moves,
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+    }
+
+
 def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
     """One (mode, levels) entry: held-out accuracy every ``args.every`` steps of the trainer's update."""
     from llmgym_train.algorithms import with_advantages
     from llmgym_train.batching import collate
-    from llmgym_train.chat import ChatTokens
-    from llmgym_train.config import LossConfig, ModelConfig, OptimConfig
+    from llmgym_train.config import LossConfig, OptimConfig
     from llmgym_train.models import resolve_model
-    from llmgym_train.policy import Policy
     from llmgym_train.update import normalizer, run_epochs, with_signal
-    from transformers import AutoTokenizer
 
     started, load_start = time.perf_counter(), os.getloadavg()
     torch.manual_seed(args.seed)
-    path = resolve_model(MODEL)
-    chat = ChatTokens(AutoTokenizer.from_pretrained(path), response_prefix="<answer>")
-    policy = Policy.load(path, ModelConfig(gradient_checkpointing=False), with_value=False, with_reference=False)
+    policy, chat = load_policy(str(resolve_model(MODEL)))
     choice_ids = chat.choice_token_ids(MOVES)
-    policy.allowed_token_ids, policy.choice_temperature = torch.tensor(choice_ids), TEMPERATURE
     optim = OptimConfig(lr=args.lr, max_grad_norm=1.0, micro_batch_size=64)
     loss = LossConfig(credit="tree" if mode == "sft" else "lookahead", normalize_std=False)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
@@ -167,14 +190,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--every", type=int, default=5, help="steps between accuracy checks")
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoints", nargs="+", default=[], help="model folders to score instead of training")
     args = parser.parse_args(argv)
     check_choice(args.modes, MODES, "mode")
     check_choice(args.levels, LEVELS, "levels")
     path = RESULTS_DIR / f"{NAME}.json"
     results = json.loads(path.read_text()).get("results", {}) if path.is_file() else {}
-    for mode in args.modes:
+    jobs = [(f"checkpoint:{folder}", folder) for folder in args.checkpoints] or [(mode, mode) for mode in args.modes]
+    for name, what in jobs:
         for levels in args.levels:
-            results[f"{mode}/{levels}"] = train(mode, levels, args)
+            run = score_checkpoint if args.checkpoints else train
+            results[f"{name}/{levels}"] = run(what, levels, args)
             write_result(NAME, {"env_id": ENV_ID, "model": MODEL, "results": results})
 
 

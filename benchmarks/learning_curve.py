@@ -51,40 +51,22 @@ Presets (one per env family, in :data:`PRESETS`):
   Free generation with an invalid-move penalty collapsed here: the base model writes a move in
   about 7% of turns, mostly ``Down``, so the first steps rewarded "any valid move" and the
   policy settled on one move (entropy 5.2 -> 0.03 in six steps) before any success.
-* ``sokoban-v1`` (default for ``Sokoban-v1``): the ``frozenlake-v1`` recipe (markov agent, a
-  choice among ``Up``/``Down``/``Left``/``Right`` after ``<answer>``, centred GiGPO, temperature 2,
-  cosine decay to a tenth) at a learning rate of 5e-5, on 6x6 one-box rooms that need 1, 2 and 3
-  moves (``max_level_moves``; 4, 6 and 8 turns; 8, 8 and 4 groups of 4 episodes), with no step
-  penalty in training (``step_penalty=0``); evaluation on the frozen set with the v1 defaults
-  (30 turns).
-  Why each part:
-
-  - Without the short levels the policy never saw a success: on 5x5 and 6x6 rooms of the full
-    distribution seed 0 solved one episode of 320 in 10 steps and its entropy fell from 1.06 to
-    0.81 nats (``benchmarks/results/recipe_trials/sokoban-v1-rooms-5x5-6x6``). A random agent
-    solves 46% of the 1-move levels in 4 turns, 20% of the 2-move ones in 6, 4% of the full
-    ones in 20.
-  - With the -0.1 step penalty the returns-to-go of one state in failed episodes differ by the
-    turns left, whatever was played, so nearly every turn sample carried an advantage (0-6 of
-    about 470 had none) that was noise: with one group per short level and the penalty, 10
-    steps left greedy eval at 0% (``benchmarks/results/recipe_trials/sokoban-v1-curriculum-penalty``).
-    At 0, failed groups return 0 and the update skips their samples.
-  - Many rooms, small groups, where successes are: with groups of 8, two per entry, and 5-move
-    and full-distribution levels beside the short ones, those levels (0-6% solved) took 62% of
-    the turns of a step and gave the update almost nothing, a step saw two distinct 1-move
-    rooms, and after 18 steps the 1-move rooms were solved no more often than by a random agent
-    (``benchmarks/results/recipe_trials/sokoban-v1-curriculum``). Moving to 3 and 3 groups of 8
-    on 1- and 2-move rooms did not change that in 13 steps (33% on 1-move rooms,
-    ``benchmarks/results/recipe_trials/sokoban-v1-groups``). Reading a Sokoban board is learnt
-    from many boards: 20 groups of 4 show 20 rooms a step.
-  - Not yet a recipe that learns: its own trial (``recipe_trials/sokoban-v1-short``, seed 0,
-    36 steps, 67 minutes of training) kept greedy eval at 0% at steps 0, 10, 20 and 30, and solved the
-    1-move rooms in 38% of episodes over its first 9 steps and 44% over its last 9 (a random
-    agent: 46%), while the choice's entropy rose from 0.33 to 0.73 nats. The model's state holds
-    the move (``benchmarks/readability.py``: a linear probe reads it on 100% of held-out 1-move
-    rooms); neither 2e-4 (``recipe_trials/sokoban-v1-lr2e-4``, 12 steps) nor step advantages
-    alone (``loss.episode_weight=0``, ``recipe_trials/sokoban-v1-episode-weight-0``, 28 steps)
-    lifted the 1-move rooms above 41-49%.
+* ``sokoban-v1`` (default for ``Sokoban-v1``): the markov agent and the choice among
+  ``Up``/``Down``/``Left``/``Right`` after ``<answer>`` at temperature 2 (as ``frozenlake-v1``),
+  trained with lookahead credit (``loss.credit=lookahead``, ``loss.lookahead_target=best``):
+  every move of every visited state is played from an env snapshot, and the moves that earned the
+  state's highest ``progress_reward`` (the exact solver's count of moves saved) are credited
+  over the others. Rooms: 6x6 one-box rooms that need 3 moves (``max_level_moves``, 8 turns, 4
+  episodes) and rooms of the full distribution (20 turns, 8 episodes), one episode each, no
+  step penalty in training; 5e-5 with a cosine decay to a tenth; evaluation on the frozen set
+  with the v1 defaults (30 turns).
+  Not yet a recipe that learns the task: seed 0 (``learning_curve_Sokoban-v1.json``, 41 steps in
+  71 minutes) stayed at 0% greedy eval. Its first greedy move on the first 128 eval levels went
+  from 34% optimal (always ``Up``) to 65% at step 20 and 59% at step 41, playing only ``Left`` and
+  ``Right`` at step 20: the moves most often best, not yet a reading of the board. The recipes
+  before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on progress rewards, lookahead
+  credit on the reward itself) are in ``benchmarks/results/recipe_trials/`` and the README: none
+  moved greedy eval off 0%.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
