@@ -102,8 +102,7 @@ def accuracy(policy: Any, choice_ids: list[int], test: list[Room]) -> tuple[floa
     hits, counts = [], [0] * len(MOVES)
     for start in range(0, len(test), 32):
         chunk = test[start : start + 32]
-        samples = step_samples(chunk, "best", choice_ids)[:: len(MOVES)]  # one row per room, ending in any move
-        batch = collate(samples, policy.pad_token_id)
+        batch = collate(step_samples(chunk, "sft", choice_ids), policy.pad_token_id)  # one row per room
         hidden = policy.model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
         last = batch.attention_mask.sum(dim=1) - 2  # the position that predicts the move
         logits = policy.model.get_output_embeddings()(hidden[torch.arange(len(chunk)), last])[:, choice_ids]

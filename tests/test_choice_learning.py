@@ -1,0 +1,28 @@
+"""benchmarks/choice_learning.py builds the samples the trainer would, from rewards the env really gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.choice_learning import rooms, step_samples
+from benchmarks.readability import MOVES
+from llmgym_train.chat import ChatTokens
+
+
+def test_each_room_credits_exactly_its_optimal_first_moves(smollm2_tokenizer: Any) -> None:
+    chat = ChatTokens(smollm2_tokenizer, response_prefix="<answer>")
+    choice_ids = chat.choice_token_ids(MOVES)
+    found = rooms(chat, "any", range(6), test=False)
+    for prompt, rewards, best in found:
+        # An optimal first move saves one move by the exact solver's count (progress_reward=1); a
+        # worse one saves none or loses some. (A push onto the target earns a bonus on top, so
+        # of two optimal moves that one may earn more.)
+        top = {move for move, reward in enumerate(rewards) if reward == max(rewards)}
+        assert top and top <= set(best)
+        samples = step_samples([(prompt, rewards, best)], "best", choice_ids)
+        assert [s.token_ids[-1] for s in samples] == list(choice_ids)
+        assert all(s.token_ids[:-1] == prompt for s in samples)
+        assert [s.advantage > 0 for s in samples] == [move in top for move in range(len(MOVES))]
+        assert abs(sum(s.advantage for s in samples)) < 1e-9
+        (label,) = step_samples([(prompt, rewards, best)], "sft", choice_ids)
+        assert label.advantage == 1.0 and MOVES[choice_ids.index(label.token_ids[-1])] in [MOVES[m] for m in best]
