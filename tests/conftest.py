@@ -78,3 +78,22 @@ def random_tiny_model(char_tokenizer: Any) -> Any:
     from llmgym_train.testing import tiny_model as build
 
     return build(len(char_tokenizer), seed=0)
+
+
+@pytest.fixture()
+def ray_idle() -> None:
+    """Wait until every CPU of the connected Ray cluster is free again.
+
+    Ray frees a stopped actor's CPUs a moment after ``ray.kill`` returns, and ``SPREAD`` passes
+    over a node that looks full at that moment: a test that checks placement right after another
+    test's actors stopped would otherwise find its actors packed onto one node.
+    """
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + 60.0
+    while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources()["CPU"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Ray cluster CPUs still held after 60 s: {ray.available_resources()}")
+        time.sleep(0.2)

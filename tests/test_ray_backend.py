@@ -104,7 +104,7 @@ def _assert_same(left: Any, right: Any) -> None:
     ],
 )
 def test_actors_spread_over_both_nodes_and_match_the_inline_backend(
-    cluster: Cluster, env_id: str, autoreset_mode: str
+    cluster: Cluster, ray_idle: None, env_id: str, autoreset_mode: str
 ) -> None:
     kwargs = {"max_turns": 4}
     local = make_vector_env(env_id, 8, autoreset_mode=autoreset_mode, **kwargs)

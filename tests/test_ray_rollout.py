@@ -51,7 +51,7 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_short_training_run_with_two_engines_keeps_their_weights_identical(
-    cluster: Cluster, tiny_folder: Path, tmp_path: Path
+    cluster: Cluster, ray_idle: None, tiny_folder: Path, tmp_path: Path
 ) -> None:
     from llmgym_train.trainer import Trainer
 
@@ -146,7 +146,7 @@ def _trajectory_view(trajectory: Any) -> tuple[Any, ...]:
 
 
 def test_rollout_envs_on_ray_workers_play_exactly_as_local_envs_and_a_lost_worker_names_its_episode(
-    cluster: Cluster, random_tiny_model: Any, char_tokenizer: Any
+    cluster: Cluster, ray_idle: None, random_tiny_model: Any, char_tokenizer: Any
 ) -> None:
     from test_vector_rollout import MIXTURE, PINNED, greedy_rollout, trajectory_digest
 
