@@ -52,10 +52,11 @@ TEMPERATURE = 2.0
 Room = tuple[list[int], tuple[float, ...], frozenset[int]]
 
 
-def rooms(chat: Any, levels: str, seeds: range, test: bool) -> list[Room]:
+def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v1") -> list[Room]:
     """Prompts, per-move rewards and optimal first moves of ``levels`` rooms (seeded, or the eval set's)."""
     moves = None if levels == "any" else int(levels)
-    env = gym.make(ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **FORMATS["v1"]).unwrapped
+    options = FORMATS[env_format]
+    env = gym.make(ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **options).unwrapped
     if levels == "any" and test:
         resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds)]]
     else:
@@ -130,11 +131,11 @@ def score_checkpoint(folder: str, levels: str, args: argparse.Namespace) -> dict
     """One (checkpoint, levels) entry: greedy accuracy of the model in ``folder`` on the held-out rooms."""
     load_start = os.getloadavg()
     policy, chat = load_policy(folder)
-    test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True)
+    test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True, env_format=args.format)
     hit, moves = accuracy(policy, chat.choice_token_ids(MOVES), test)
     print(f"checkpoint:{folder}/{levels}: {hit:.3f} {moves}", flush=True)
     return {
-        "checkpoint": folder, "levels": levels, "test_rooms": len(test), "accuracy": hit, "moves": moves,
+        "checkpoint": folder, "levels": levels, "format": args.format, "test_rooms": len(test), "accuracy": hit, "moves": moves,
         "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
 
@@ -154,8 +155,8 @@ def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
     optim = OptimConfig(lr=args.lr, max_grad_norm=1.0, micro_batch_size=64)
     loss = LossConfig(credit="tree" if mode == "sft" else "lookahead", normalize_std=False)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
-    pool = rooms(chat, levels, range(args.steps * args.rooms), test=False)
-    test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True)
+    pool = rooms(chat, levels, range(args.steps * args.rooms), test=False, env_format=args.format)
+    test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True, env_format=args.format)
     curve = [{"step": 0, **dict(zip(("accuracy", "moves"), accuracy(policy, choice_ids, test), strict=True))}]
     print(f"{mode}/{levels} step 0: {curve[-1]}", flush=True)
     for step in range(1, args.steps + 1):
@@ -173,7 +174,7 @@ def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
             curve.append({"step": step, "accuracy": accuracy_now, "moves": moves, "entropy": result.means.get("entropy")})
             print(f"{mode}/{levels} step {step}: {curve[-1]}", flush=True)
     return {
-        "mode": mode, "levels": levels, "rooms_per_step": args.rooms, "steps": args.steps, "lr": args.lr,
+        "mode": mode, "levels": levels, "format": args.format, "rooms_per_step": args.rooms, "steps": args.steps, "lr": args.lr,
         "test_rooms": len(test), "temperature": TEMPERATURE, "curve": curve,
         "seconds": time.perf_counter() - started, "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
@@ -190,7 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoints", nargs="+", default=[], help="model folders to score instead of training")
+    parser.add_argument("--format", default="v1", help=f"observation: {', '.join(FORMATS)} (see benchmarks.readability)")
     args = parser.parse_args(argv)
+    check_choice([args.format], tuple(FORMATS), "format")
     check_choice(args.modes, MODES, "mode")
     check_choice(args.levels, LEVELS, "levels")
     path = RESULTS_DIR / f"{NAME}.json"
@@ -199,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, what in jobs:
         for levels in args.levels:
             run = score_checkpoint if args.checkpoints else train
-            results[f"{name}/{levels}"] = run(what, levels, args)
+            key = f"{name}/{levels}" if args.format == "v1" else f"{name}/{levels}/{args.format}"
+            results[key] = run(what, levels, args)
             write_result(NAME, {"env_id": ENV_ID, "model": MODEL, "results": results})
 
 

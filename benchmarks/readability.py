@@ -14,7 +14,8 @@ observation formats and levels:
   levels. Train levels use seeds from 0, test levels are disjoint (seeds from 10**6, or the
   eval set).
 * Formats (``--formats``): ``v1`` (cells separated by spaces, the player's row and column under
-  the board: the v1 default), ``spaced`` (no coordinates) and ``compact`` (v0's rows, whose
+  the board: the v1 default), ``v1-all`` (the same line goes on with the box and target
+  coordinates: ``coordinates="all"``), ``spaced`` (no coordinates) and ``compact`` (v0's rows, whose
   cells the tokenizer merges).
 * Label: the first move of an optimal solution (:meth:`SokobanEnv.solution`). A prediction
   counts as right when it is *an* optimal first move: one after which the level needs one move
@@ -56,6 +57,7 @@ NAME = "readability"
 MOVES = ("Up", "Down", "Left", "Right")
 FORMATS: dict[str, dict[str, Any]] = {
     "v1": {"grid": "spaced", "coordinates": True},
+    "v1-all": {"grid": "spaced", "coordinates": "all"},
     "spaced": {"grid": "spaced", "coordinates": False},
     "compact": {"grid": "compact", "coordinates": False},
 }

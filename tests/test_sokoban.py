@@ -16,6 +16,7 @@ from llmgym.envs.sokoban.generator import MIN_SINGLE_BOX_MOVES, generate_level, 
 from llmgym.envs.sokoban.level import PaddedMaze, parse_xsb
 from llmgym.envs.sokoban.solver import optimal_steps, solve
 from llmgym.error import InvalidOptionError, LevelFormatError, UnknownOptionError
+from llmgym.wrappers.classic import encode_board
 
 SOKOBAN_IDS = [env_id for env_id in llmgym.env_ids() if "/Sokoban" in env_id]
 
@@ -165,6 +166,7 @@ def test_generator_is_a_pure_function_of_the_rng():
         ({"max_level_moves": 0}, "max_level_moves must be None or an int >= 1"),
         ({"max_level_moves": 3, "num_boxes": 2}, "max_level_moves needs one box"),
         ({"max_level_moves": 3, "dim_room": (8, 8)}, "at most 30 inner cells"),
+        ({"coordinates": "boxes"}, 'coordinates must be False, True \\(the player\\) or "all"'),
     ],
 )
 def test_impossible_settings_raise_value_errors_naming_the_limit(kwargs, message):
@@ -430,6 +432,25 @@ def test_observation_shows_the_board_with_underscore_floor():
     assert "_ floor" in info["system_prompt"] and "<answer>" in info["system_prompt"]
     assert env.render() is None
     assert SokobanEnv(render_mode="ansi").render() == ""
+
+
+def test_coordinates_all_writes_out_the_player_boxes_and_targets_and_follows_a_push():
+    level = "#######\n#@ $ .#\n#  $. #\n#######"
+    env = SokobanEnv(grid="spaced", coordinates="all")
+    observation, _ = env.reset(options={"level": level})
+    assert observation.splitlines()[-1] == (
+        "You are at row 2, column 2; boxes at row 2, column 4 and row 3, column 4; "
+        "targets at row 2, column 6 and row 3, column 5."
+    )
+    assert SokobanEnv(grid="spaced", coordinates=True).reset(options={"level": level})[0].splitlines()[-1] == (
+        "You are at row 2, column 2."
+    )
+    env.step("<answer>Right</answer>")
+    observation, *_ = env.step("<answer>Right</answer>")  # pushes the first box one cell right
+    assert observation.splitlines()[-1].startswith("You are at row 2, column 4; boxes at row 2, column 5 and")
+    assert env.unwrapped.state_key().endswith(observation.splitlines()[-1])  # the key is what is shown
+    grid = encode_board(observation, "#_.$*@+", (4, 7))  # the classic wrappers still read the board
+    assert grid[1, 3, "#_.$*@+".index("@")] == 1 and grid[1, 4, "#_.$*@+".index("$")] == 1
 
 
 # ---------------------------------------------------------------------- seeding

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from llmgym.core import Outcome, TextEnv, level_rng
@@ -48,7 +49,9 @@ class SokobanEnv(TextEnv):
     ``@`` player, ``+`` player on target. With ``grid="spaced"`` the cells of a row are
     separated by spaces, so that common tokenizers give every cell its own token (compact rows
     such as ``#_$._#`` merge cells into tokens like ``._``). With ``coordinates=True`` a last
-    line gives the player's row and column (1-based, row 1 at the top).
+    line gives the player's row and column (1-based, row 1 at the top); with
+    ``coordinates="all"`` the same line goes on with every box's and every target's (a box on a
+    target is in both), the board's own content written out as numbers.
 
     ## Rewards
     Per move in a turn: ``step_penalty`` (default ``-0.1``); ``+1`` for pushing a box onto a
@@ -86,7 +89,8 @@ class SokobanEnv(TextEnv):
     - ``max_turns``: turns before truncation. Default 100.
     - ``max_actions_per_turn``: how many ``||``-separated moves one turn may hold. Default 1.
     - ``grid``: ``"compact"`` (v0: ``#_$._#``) or ``"spaced"`` (v1: ``# _ $ . _ #``).
-    - ``coordinates``: add the player's row and column under the board (v1). Default False.
+    - ``coordinates``: add the player's row and column under the board (``True``, v1), or the
+      player's, the boxes' and the targets' (``"all"``). Default False.
     - ``solve_budget``: positions the solver may expand at reset to find ``optimal_steps``;
       ``None`` solves exactly, ``0`` skips solving, ``"auto"`` (default) is exact for levels of
       up to 2 boxes and ``AUTO_SOLVE_BUDGET`` for more. ``optimal_steps`` is ``None`` when the
@@ -122,7 +126,7 @@ class SokobanEnv(TextEnv):
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
         grid: Literal["compact", "spaced"] = "compact",
-        coordinates: bool = False,
+        coordinates: bool | Literal["all"] = False,
         solve_budget: int | None | Literal["auto"] = "auto",
         invalid_penalty: float = -0.1,
         max_invalid_actions: int | None = None,
@@ -131,7 +135,7 @@ class SokobanEnv(TextEnv):
     ) -> None:
         self.dim_room = check_settings(dim_room, num_boxes)
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
-        _check_options(max_actions_per_turn, grid, solve_budget, progress_reward, num_boxes)
+        _check_options(max_actions_per_turn, grid, coordinates, solve_budget, progress_reward, num_boxes)
         super().__init__(
             render_mode=render_mode,
             invalid_penalty=invalid_penalty,
@@ -207,10 +211,19 @@ class SokobanEnv(TextEnv):
         if text is None:  # decoded once per change: the observation and the state key share it
             text = self._board.decode()
             if self.coordinates:
-                row, column = divmod(self._maze.unpad(self._player), self._start.width)
-                text += f"\nYou are at row {row + 1}, column {column + 1}."
+                text += f"\nYou are at {self._where([self._player])}."
+            if self.coordinates == "all":
+                boxes = [cell for cell, box in enumerate(self._has_box) if box]
+                text = (f"{text[:-1]}; {'boxes' if len(boxes) > 1 else 'box'} at {self._where(boxes)};"
+                        f" {'targets' if len(self._maze.targets) > 1 else 'target'} at"
+                        f" {self._where(self._maze.targets)}.")
             self._text = text
         return text
+
+    def _where(self, cells: Sequence[int]) -> str:
+        """``row 3, column 4`` for each padded cell (1-based), joined with `` and ``."""
+        places = (divmod(self._maze.unpad(cell), self._start.width) for cell in cells)
+        return " and ".join(f"row {row + 1}, column {column + 1}" for row, column in places)
 
     # ------------------------------------------------------------------ snapshots
     def _task_state(self) -> tuple[Level, bytes, int, int, bytes]:
@@ -342,7 +355,7 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
 
 
 def _check_options(
-    max_actions_per_turn: int, grid: str, solve_budget: Any, progress_reward: float, num_boxes: int
+    max_actions_per_turn: int, grid: str, coordinates: Any, solve_budget: Any, progress_reward: float, num_boxes: int
 ) -> None:
     """Refuse constructor options out of range, with what is allowed."""
     if max_actions_per_turn < 1:
@@ -354,6 +367,8 @@ def _check_options(
         )
     if grid not in ("compact", "spaced"):
         raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
+    if coordinates not in (False, True, "all"):
+        raise InvalidOptionError(f'coordinates must be False, True (the player) or "all", got {coordinates!r}.')
     budget_is_count = isinstance(solve_budget, int) and solve_budget >= 0
     if not (solve_budget is None or solve_budget == "auto" or budget_is_count):
         raise InvalidOptionError(
@@ -404,7 +419,7 @@ def _view_indices(height: int, width: int, stride: int = 1) -> tuple[int, ...]:
     return tuple(view)
 
 
-def _system_prompt(max_actions_per_turn: int, grid: str = "compact", coordinates: bool = False) -> str:
+def _system_prompt(max_actions_per_turn: int, grid: str = "compact", coordinates: bool | str = False) -> str:
     several = (
         f" You may give up to {max_actions_per_turn} actions in one turn, separated by ||,"
         " for example <answer>Up || Left</answer>."
