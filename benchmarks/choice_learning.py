@@ -23,7 +23,11 @@ levels of the frozen ``Sokoban-v1`` eval set). Results merge into
 ``benchmarks/results/choice_learning.json`` under ``results["<mode>/<levels>"]``, with the load
 average at the start and end of each. Not a test: a mode takes about ten minutes of both cores.
 ``--checkpoints`` trains nothing: it scores model folders (a run's ``model/``, or the base
-model's) on the same held-out rooms, under ``results["checkpoint:<folder>/<levels>"]``.
+model's) on the same held-out rooms, under ``results["checkpoint:<folder>/<levels>"]``, and
+plays greedy episodes on the first ``--play`` eval levels: how each ends (solved, a loop, a
+deadlock, the turn limit) and how often a move on the way was optimal.
+``--format`` picks the observation (:data:`benchmarks.readability.FORMATS`; results of another
+format than ``v1`` go under keys ending ``/<format>``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -95,23 +100,66 @@ def step_samples(batch: list[Room], mode: str, choice_ids: list[int]) -> list[An
 
 
 @torch.no_grad()
-def accuracy(policy: Any, choice_ids: list[int], test: list[Room]) -> tuple[float, list[int]]:
-    """Greedy accuracy on ``test`` (an optimal first move) and how often each move was chosen."""
+def greedy_moves(policy: Any, choice_ids: list[int], batch: list[Room]) -> list[int]:
+    """The policy's most likely move (index in :data:`MOVES`) for each room's prompt."""
     from llmgym_train.batching import collate
 
     policy.model.eval()
-    hits, counts = [], [0] * len(MOVES)
-    for start in range(0, len(test), 32):
-        chunk = test[start : start + 32]
-        batch = collate(step_samples(chunk, "sft", choice_ids), policy.pad_token_id)  # one row per room
-        hidden = policy.model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-        last = batch.attention_mask.sum(dim=1) - 2  # the position that predicts the move
-        logits = policy.model.get_output_embeddings()(hidden[torch.arange(len(chunk)), last])[:, choice_ids]
-        for room, move in zip(chunk, logits.argmax(-1).tolist(), strict=True):
-            hits.append(move in room[2])
-            counts[move] += 1
+    moves = []
+    for start in range(0, len(batch), 32):
+        chunk = batch[start : start + 32]
+        rows = collate(step_samples(chunk, "sft", choice_ids), policy.pad_token_id)  # one row per room
+        hidden = policy.model.get_decoder()(input_ids=rows.input_ids, attention_mask=rows.attention_mask).last_hidden_state
+        last = rows.attention_mask.sum(dim=1) - 2  # the position that predicts the move
+        moves += policy.model.get_output_embeddings()(hidden[torch.arange(len(chunk)), last])[:, choice_ids].argmax(-1).tolist()
     policy.model.train()
-    return float(np.mean(hits)), counts
+    return moves
+
+
+def accuracy(policy: Any, choice_ids: list[int], test: list[Room]) -> tuple[float, list[int]]:
+    """Greedy accuracy on ``test`` (an optimal first move) and how often each move was chosen."""
+    moves = greedy_moves(policy, choice_ids, test)
+    return float(np.mean([move in room[2] for room, move in zip(test, moves, strict=True)])), np.bincount(
+        moves, minlength=len(MOVES)).tolist()
+
+
+#: A deterministic agent: (observation, system prompt) -> index in MOVES.
+Chooser = Callable[[str, str], int]
+
+
+def policy_chooser(policy: Any, chat: Any) -> Chooser:
+    """The policy's greedy move, from the markov agent's prompt."""
+    choice_ids = chat.choice_token_ids(MOVES)
+    return lambda observation, system: greedy_moves(policy, choice_ids, [(chat.prompt(observation, system), (), frozenset())])[0]
+
+
+def play(choose: Chooser, env_format: str, count: int) -> dict[str, Any]:
+    """Episodes of ``choose`` on the first ``count`` eval levels (30 turns): how each ends, how often a move was optimal.
+
+    An episode ends ``solved``; in a ``loop`` (a position seen before: a deterministic markov
+    agent repeats itself from there); in a ``deadlock`` (no solution left); or at the turn limit.
+    """
+    env = gym.make(ENV_ID, **FORMATS[env_format]).unwrapped
+    ends, optimal = [], []
+    for record in load_eval_set(ENV_ID)[:count]:
+        observation, info = env.reset(options={"level": record["level"]})
+        seen, end = set(), "turns"
+        for _ in range(env.max_turns):
+            key = env.state_key()
+            if key in seen or env.solution() is None:
+                end = "loop" if key in seen else "deadlock"
+                break
+            seen.add(key)
+            move = choose(observation, info["system_prompt"])
+            optimal.append(move in optimal_first_moves(env))
+            observation, _, _, _, step_info = env.step(f"<answer>{MOVES[move]}</answer>")
+            if step_info["success"]:
+                end = "solved"
+                break
+        ends.append(end)
+    env.close()
+    return {"levels": count, "ends": {end: ends.count(end) for end in ("solved", "loop", "deadlock", "turns")},
+            "optimal_move_rate": float(np.mean(optimal)), "moves": len(optimal)}
 
 
 def load_policy(folder: str) -> tuple[Any, Any]:
@@ -133,10 +181,11 @@ def score_checkpoint(folder: str, levels: str, args: argparse.Namespace) -> dict
     policy, chat = load_policy(folder)
     test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True, env_format=args.format)
     hit, moves = accuracy(policy, chat.choice_token_ids(MOVES), test)
-    print(f"checkpoint:{folder}/{levels}: {hit:.3f} {moves}", flush=True)
+    played = play(policy_chooser(policy, chat), args.format, args.play) if args.play else None
+    print(f"checkpoint:{folder}/{levels}: {hit:.3f} {moves} greedy play: {played}", flush=True)
     return {
         "checkpoint": folder, "levels": levels, "format": args.format, "test_rooms": len(test), "accuracy": hit, "moves": moves,
-        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "greedy_play": played, "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
 
 
@@ -191,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoints", nargs="+", default=[], help="model folders to score instead of training")
+    parser.add_argument("--play", type=int, default=32, help="with --checkpoints: greedy episodes on this many eval levels")
     parser.add_argument("--format", default="v1", help=f"observation: {', '.join(FORMATS)} (see benchmarks.readability)")
     args = parser.parse_args(argv)
     check_choice([args.format], tuple(FORMATS), "format")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.choice_learning import rooms, step_samples
+from benchmarks.choice_learning import play, rooms, step_samples
 from benchmarks.readability import MOVES
 from llmgym_train.chat import ChatTokens
 
@@ -26,3 +26,21 @@ def test_each_room_credits_exactly_its_optimal_first_moves(smollm2_tokenizer: An
         assert abs(sum(s.advantage for s in samples)) < 1e-9
         (label,) = step_samples([(prompt, rewards, best)], "sft", choice_ids)
         assert label.advantage == 1.0 and MOVES[choice_ids.index(label.token_ids[-1])] in [MOVES[m] for m in best]
+
+
+def test_play_tells_solved_episodes_from_loops_and_deadlocks() -> None:
+    import gymnasium as gym
+
+    solver = gym.make("llmgym/Sokoban-v1").unwrapped
+
+    def optimal(observation: str, system: str) -> int:
+        board = "\n".join(line.replace(" ", "") for line in observation.split("\n")[1:-1])
+        solver.reset(options={"level": board.replace("_", " ")})
+        return MOVES.index(solver.solution()[0])
+
+    solved = play(optimal, "v1", 4)
+    assert solved["ends"] == {"solved": 4, "loop": 0, "deadlock": 0, "turns": 0}
+    assert solved["optimal_move_rate"] == 1.0
+    stuck = play(lambda observation, system: MOVES.index("Up"), "v1", 4)  # up to a wall, then the same position
+    assert stuck["ends"]["solved"] == 0 and stuck["ends"]["loop"] + stuck["ends"]["deadlock"] == 4
+    assert stuck["optimal_move_rate"] < 1.0
