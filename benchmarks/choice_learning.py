@@ -130,7 +130,8 @@ Chooser = Callable[[str, str], int]
 def policy_chooser(policy: Any, chat: Any) -> Chooser:
     """The policy's greedy move, from the markov agent's prompt."""
     choice_ids = chat.choice_token_ids(MOVES)
-    return lambda observation, system: greedy_moves(policy, choice_ids, [(chat.prompt(observation, system), (), frozenset())])[0]
+    # The room's label only fills the move slot after the prompt; the prediction is read before it.
+    return lambda observation, system: greedy_moves(policy, choice_ids, [(chat.prompt(observation, system), (), frozenset({0}))])[0]
 
 
 def play(choose: Chooser, env_format: str, count: int) -> dict[str, Any]:
