@@ -60,8 +60,9 @@ Room = tuple[list[int], tuple[float, ...], frozenset[int]]
 def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v1") -> list[Room]:
     """Prompts, per-move rewards and optimal first moves of ``levels`` rooms (seeded, or the eval set's)."""
     moves = None if levels == "any" else int(levels)
-    options = FORMATS[env_format]
-    env = gym.make(ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **options).unwrapped
+    env = gym.make(
+        ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **FORMATS[env_format]
+    ).unwrapped
     if levels == "any" and test:
         resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds)]]
     else:

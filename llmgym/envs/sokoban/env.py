@@ -211,12 +211,12 @@ class SokobanEnv(TextEnv):
         if text is None:  # decoded once per change: the observation and the state key share it
             text = self._board.decode()
             if self.coordinates:
-                text += f"\nYou are at {self._where([self._player])}."
-            if self.coordinates == "all":
-                boxes = [cell for cell, box in enumerate(self._has_box) if box]
-                text = (f"{text[:-1]}; {'boxes' if len(boxes) > 1 else 'box'} at {self._where(boxes)};"
-                        f" {'targets' if len(self._maze.targets) > 1 else 'target'} at"
-                        f" {self._where(self._maze.targets)}.")
+                places = [f"You are at {self._where([self._player])}"]
+                if self.coordinates == "all":
+                    boxes, targets = [cell for cell, box in enumerate(self._has_box) if box], self._maze.targets
+                    places.append(f"{'boxes' if len(boxes) > 1 else 'box'} at {self._where(boxes)}")
+                    places.append(f"{'targets' if len(targets) > 1 else 'target'} at {self._where(targets)}")
+                text += f"\n{'; '.join(places)}."
             self._text = text
         return text
 
