@@ -101,15 +101,16 @@ def step_samples(batch: list[Room], mode: str, choice_ids: list[int]) -> list[An
 
 
 @torch.no_grad()
-def greedy_moves(policy: Any, choice_ids: list[int], batch: list[Room]) -> list[int]:
-    """The policy's most likely move (index in :data:`MOVES`) for each room's prompt."""
+def greedy_moves(policy: Any, choice_ids: list[int], prompts: list[list[int]]) -> list[int]:
+    """The policy's most likely move (index in :data:`MOVES`) after each prompt."""
     from llmgym_train.batching import collate
 
     policy.model.eval()
     moves = []
-    for start in range(0, len(batch), 32):
-        chunk = batch[start : start + 32]
-        rows = collate(step_samples(chunk, "sft", choice_ids), policy.pad_token_id)  # one row per room
+    for start in range(0, len(prompts), 32):
+        # One row per prompt, a placeholder move in the slot after it; the prediction is read before the slot.
+        chunk = [(prompt, (), frozenset({0})) for prompt in prompts[start : start + 32]]
+        rows = collate(step_samples(chunk, "sft", choice_ids), policy.pad_token_id)
         hidden = policy.model.get_decoder()(input_ids=rows.input_ids, attention_mask=rows.attention_mask).last_hidden_state
         last = rows.attention_mask.sum(dim=1) - 2  # the position that predicts the move
         moves += policy.model.get_output_embeddings()(hidden[torch.arange(len(chunk)), last])[:, choice_ids].argmax(-1).tolist()
@@ -119,7 +120,7 @@ def greedy_moves(policy: Any, choice_ids: list[int], batch: list[Room]) -> list[
 
 def accuracy(policy: Any, choice_ids: list[int], test: list[Room]) -> tuple[float, list[int]]:
     """Greedy accuracy on ``test`` (an optimal first move) and how often each move was chosen."""
-    moves = greedy_moves(policy, choice_ids, test)
+    moves = greedy_moves(policy, choice_ids, [prompt for prompt, _, _ in test])
     return float(np.mean([move in room[2] for room, move in zip(test, moves, strict=True)])), np.bincount(
         moves, minlength=len(MOVES)).tolist()
 
@@ -131,8 +132,7 @@ Chooser = Callable[[str, str], int]
 def policy_chooser(policy: Any, chat: Any) -> Chooser:
     """The policy's greedy move, from the markov agent's prompt."""
     choice_ids = chat.choice_token_ids(MOVES)
-    # The room's label only fills the move slot after the prompt; the prediction is read before it.
-    return lambda observation, system: greedy_moves(policy, choice_ids, [(chat.prompt(observation, system), (), frozenset({0}))])[0]
+    return lambda observation, system: greedy_moves(policy, choice_ids, [chat.prompt(observation, system)])[0]
 
 
 def play(choose: Chooser, env_format: str, count: int) -> dict[str, Any]:
