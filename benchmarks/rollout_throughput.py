@@ -36,7 +36,7 @@ Two workloads:
 * ``uniform`` (today's): 64 Sokoban-v0 episodes (16 groups of 4), 4 turns of at most 64
   tokens. The model rarely ends a Sokoban turn by itself, so turns mostly run to the limit,
   and the env answers in microseconds: the two rollout patterns should be close here.
-* ``varied``: 32 episodes (8 groups of 4) of ``llmgym/MathMultiTurn-v0`` (three attempts at a
+* ``varied``: 64 episodes (16 groups of 4) of ``llmgym/MathMultiTurn-v0`` (three attempts at a
   problem, "wrong, try again" after each miss), turns of at most 256 tokens, every turn
   starting with ``<answer>`` written into the prompt (``response_prefix``, as the trainer's
   ``rollout.response_prefix``). Why this env: the default model ends 7 turns in 8 here with its
@@ -45,9 +45,15 @@ Two workloads:
   not a plain number (most of this model's) goes to math-verify in a worker process, a round
   trip of milliseconds to tens of ms. The python tool env (``ToolUse-Python-v0``) would give
   longer waits (a bubblewrap sandbox per call), but this model never writes a well-formed tool
-  call there (96% of its turns were invalid, no sandbox ran), and without a prefix it never
-  closes an ``<answer>`` tag in the math envs either. A turn-synchronous loop waits every turn
-  for the longest answer and the slowest check; llmgym's rollout keeps generating meanwhile.
+  call there (96% of its turns were invalid, no sandbox ran); with the call's opening written
+  into the prompt (``<tool_call>`` and ``{"name": "python", "arguments": {"code": "``) 1 of 16
+  sampled turns ran in the sandbox, the others broke the JSON or never closed the block. Without
+  a prefix it never closes an ``<answer>`` tag in the math envs either. A turn-synchronous loop
+  waits every turn for the longest answer and the slowest check; llmgym's rollout keeps
+  generating meanwhile. 64 episodes, as many as ``uniform``: at 32 (the earlier setting) a pass
+  was bound by its longest episode (three turns cut at 256 tokens are 768 engine steps, however
+  the others are scheduled), and the engine alone (``replay``) ran only 1.06x the
+  turn-synchronous anchor, a ceiling for any rollout.
 
 Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
 at least 0.9 of ``replay`` on both (generated tokens per second).
@@ -137,7 +143,7 @@ class Workload:
 WORKLOADS = {
     "uniform": Workload("uniform", "llmgym/Sokoban-v0", episodes=64, group_size=4, max_turns=4,
                         max_tokens=64),
-    "varied": Workload("varied", "llmgym/MathMultiTurn-v0", episodes=32, group_size=4, max_turns=3,
+    "varied": Workload("varied", "llmgym/MathMultiTurn-v0", episodes=64, group_size=4, max_turns=3,
                        max_tokens=256, response_prefix="<answer>"),
 }
 
