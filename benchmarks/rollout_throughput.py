@@ -50,10 +50,10 @@ Two workloads:
   sampled turns ran in the sandbox, the others broke the JSON or never closed the block. Without
   a prefix it never closes an ``<answer>`` tag in the math envs either. A turn-synchronous loop
   waits every turn for the longest answer and the slowest check; llmgym's rollout keeps
-  generating meanwhile. 64 episodes, as many as ``uniform``: at 32 (the earlier setting) a pass
-  was bound by its longest episode (three turns cut at 256 tokens are 768 engine steps, however
-  the others are scheduled), and the engine alone (``replay``) ran only 1.06x the
-  turn-synchronous anchor, a ceiling for any rollout.
+  generating meanwhile. 64 episodes, as many as ``uniform`` (32 until 2026-11-27: there a pass
+  could be bound by its longest episode, three turns cut at 256 tokens being 768 engine steps
+  however the others are scheduled; at 64 the engine alone still ran level with the anchor, so
+  on this CPU the schedule, not the episode count, sets the figure).
 
 Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
 at least 0.9 of ``replay`` on both (generated tokens per second).
