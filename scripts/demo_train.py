@@ -41,10 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's be
 
 from benchmarks.baselines import compute_baselines  # noqa: E402
 from benchmarks.common import RESULTS_DIR, write_result  # noqa: E402
-from llmgym_train.eval.results import provenance  # noqa: E402
 from benchmarks.learning_curve import config_overrides, preset_for  # noqa: E402
 from llmgym.error import Error  # noqa: E402
 from llmgym_train.config import TrainConfig, load_config  # noqa: E402
+from llmgym_train.eval.results import provenance  # noqa: E402
 
 EVAL_LEVELS = 32
 LAKE_2X2 = [
