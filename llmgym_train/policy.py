@@ -83,6 +83,8 @@ class Policy:
             model.gradient_checkpointing_enable()  # the training forwards pass use_cache=False themselves
         if options.lora:
             model = _with_lora(model, options)
+        if options.frozen_layers:
+            freeze_lower_layers(model, options.frozen_layers)
         value_head = ValueHead(model.config.hidden_size) if with_value else None
         autocast = choose_autocast(options.autocast, choose_dtype(options.dtype))
         return cls(model, tokenizer, value_head, with_reference, autocast, options.head_chunk_tokens)
@@ -518,6 +520,29 @@ def choose_autocast(name: str, parameter_dtype: torch.dtype) -> torch.dtype | No
         return torch.bfloat16
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return torch.bfloat16 if native and not torch.cuda.is_available() else None
+
+
+def freeze_lower_layers(model: Any, count: int) -> None:
+    """Stop training the input embeddings and the first ``count`` decoder layers of a HF causal LM (or its LoRA wrap).
+
+    A head tied to the embeddings stays frozen with them. Autograd then keeps no activations for the
+    frozen layers, and the backward ends at layer ``count``.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(getattr(base, "model", None), "layers", None)
+    if layers is None:
+        raise ValueError(
+            f"model_options.frozen_layers needs a decoder with a `model.layers` list; {type(base).__name__} has none. "
+            "Set model_options.frozen_layers=0 to train every layer."
+        )
+    if count >= len(layers):
+        raise ValueError(
+            f"model_options.frozen_layers={count}, but the model has {len(layers)} decoder layers: "
+            f"use at most {len(layers) - 1} to leave one to train."
+        )
+    base.get_input_embeddings().requires_grad_(False)
+    for layer in layers[:count]:
+        layer.requires_grad_(False)
 
 
 def _with_lora(model: Any, options: ModelConfig) -> Any:

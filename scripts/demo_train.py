@@ -180,6 +180,7 @@ def main() -> int:
                            for env in config.train_envs],
             "optim": {"lr": config.optim.lr, "lr_schedule": config.optim.lr_schedule,
                       "lr_final": config.optim.lr_final},
+            "frozen_layers": config.model_options.frozen_layers,
             "seed": config.seed, "commit": stamp["commit"], "dirty": stamp["dirty"],
             "date": stamp["date"],
             "load_average_start": load_start, "load_average_end": list(os.getloadavg()),

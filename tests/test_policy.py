@@ -270,3 +270,38 @@ def test_policy_scores_in_head_chunks_equal_the_unchunked_ones_with_gradients(
     for got, expected in zip(run(7), whole, strict=True):
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6)
     assert whole[0].abs().sum() > 0 and whole[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_frozen_lower_layers_get_no_gradient_and_the_layers_above_get_the_full_models(
+    char_tokenizer: Any, checkpointing: bool
+) -> None:
+    from llmgym_train.testing import tiny_model
+
+    input_ids, attention_mask, positions = _batch(char_tokenizer)
+
+    def gradients(frozen: int) -> dict[str, torch.Tensor | None]:
+        model = tiny_model(len(char_tokenizer), seed=0)
+        if checkpointing:  # the layers above replay their forward from an input that needs no gradient
+            model.gradient_checkpointing_enable()
+        if frozen:
+            policy_module.freeze_lower_layers(model, frozen)
+        policy = Policy(model, char_tokenizer, None, with_reference=False)
+        policy.train()
+        out = policy.score(input_ids, attention_mask, positions=positions)
+        (out["logprobs"] * torch.linspace(-1, 2, out["logprobs"].shape[1])).sum().backward()
+        return {name: p.grad for name, p in model.named_parameters()}
+
+    full, frozen = gradients(0), gradients(1)
+    trained = [name for name, grad in frozen.items() if grad is not None]
+    assert trained and all(".layers.0." not in name and "embed_tokens" not in name for name in trained)
+    assert all(grad is None for name, grad in frozen.items() if ".layers.0." in name or "embed_tokens" in name)
+    assert all(full[name] is not None for name in full)
+    for name in trained:
+        torch.testing.assert_close(frozen[name], full[name], rtol=1e-4, atol=1e-6)
+
+
+def test_freezing_every_layer_is_refused_with_the_most_it_allows(random_tiny_model: Any) -> None:
+    count = len(random_tiny_model.model.layers)
+    with pytest.raises(ValueError, match=f"has {count} decoder layers: use at most {count - 1}"):
+        policy_module.freeze_lower_layers(random_tiny_model, count)
