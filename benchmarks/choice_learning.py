@@ -26,6 +26,9 @@ average at the start and end of each. Not a test: a mode takes about ten minutes
 model's) on the same held-out rooms, under ``results["checkpoint:<folder>/<levels>"]``, and
 plays greedy episodes on the first ``--play`` eval levels: how each ends (solved, a loop, a
 deadlock, the turn limit) and how often a move on the way was optimal.
+``--frozen-layers N`` trains only the layers above the first N (``model_options.frozen_layers``;
+results under keys ending ``/frozenN``). After training, the trained policy plays ``--play``
+greedy episodes as ``--checkpoints`` does.
 ``--format`` picks the observation (:data:`benchmarks.readability.FORMATS`; results of another
 format than ``v1`` go under keys ending ``/<format>``).
 """
@@ -164,7 +167,7 @@ def play(choose: Chooser, env_format: str, count: int) -> dict[str, Any]:
             "optimal_move_rate": float(np.mean(optimal)), "moves": len(optimal)}
 
 
-def load_policy(folder: str) -> tuple[Any, Any]:
+def load_policy(folder: str, frozen_layers: int = 0) -> tuple[Any, Any]:
     """The policy in ``folder`` as the trainer holds it (the choice at temperature 2), and its chat tokens."""
     from llmgym_train.chat import ChatTokens
     from llmgym_train.config import ModelConfig
@@ -172,7 +175,7 @@ def load_policy(folder: str) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     chat = ChatTokens(AutoTokenizer.from_pretrained(folder), response_prefix="<answer>")
-    policy = Policy.load(folder, ModelConfig(gradient_checkpointing=False), with_value=False, with_reference=False)
+    policy = Policy.load(folder, ModelConfig(gradient_checkpointing=False, frozen_layers=frozen_layers), with_value=False, with_reference=False)
     policy.allowed_token_ids, policy.choice_temperature = torch.tensor(chat.choice_token_ids(MOVES)), TEMPERATURE
     return policy, chat
 
@@ -201,7 +204,7 @@ def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
 
     started, load_start = time.perf_counter(), os.getloadavg()
     torch.manual_seed(args.seed)
-    policy, chat = load_policy(str(resolve_model(MODEL)))
+    policy, chat = load_policy(str(resolve_model(MODEL)), args.frozen_layers)
     choice_ids = chat.choice_token_ids(MOVES)
     optim = OptimConfig(lr=args.lr, max_grad_norm=1.0, micro_batch_size=64)
     loss = LossConfig(credit="tree" if mode == "sft" else "lookahead", normalize_std=False)
@@ -222,11 +225,15 @@ def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
         )
         if step % args.every == 0 or step == args.steps:
             accuracy_now, moves = accuracy(policy, choice_ids, test)
-            curve.append({"step": step, "accuracy": accuracy_now, "moves": moves, "entropy": result.means.get("entropy")})
+            curve.append({"step": step, "accuracy": accuracy_now, "moves": moves, "entropy": result.means.get("entropy"),
+                          "seconds": round(time.perf_counter() - started)})
             print(f"{mode}/{levels} step {step}: {curve[-1]}", flush=True)
+    played = play(policy_chooser(policy, chat), args.format, args.play) if args.play else None
+    print(f"{mode}/{levels} greedy play: {played}", flush=True)
     return {
         "mode": mode, "levels": levels, "format": args.format, "rooms_per_step": args.rooms, "steps": args.steps, "lr": args.lr,
-        "test_rooms": len(test), "temperature": TEMPERATURE, "curve": curve,
+        "frozen_layers": args.frozen_layers, "test_rooms": len(test), "temperature": TEMPERATURE, "curve": curve,
+        "greedy_play": played,
         "seconds": time.perf_counter() - started, "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
 
@@ -242,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoints", nargs="+", default=[], help="model folders to score instead of training")
-    parser.add_argument("--play", type=int, default=32, help="with --checkpoints: greedy episodes on this many eval levels")
+    parser.add_argument("--play", type=int, default=32, help="greedy episodes on this many eval levels, after training or per checkpoint")
+    parser.add_argument("--frozen-layers", type=int, default=0, help="model_options.frozen_layers of the trained policy")
     parser.add_argument("--format", default="v1", help=f"observation: {', '.join(FORMATS)} (see benchmarks.readability)")
     args = parser.parse_args(argv)
     check_choice([args.format], tuple(FORMATS), "format")
@@ -255,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         for levels in args.levels:
             run = score_checkpoint if args.checkpoints else train
             key = f"{name}/{levels}" if args.format == "v1" else f"{name}/{levels}/{args.format}"
+            key += f"/frozen{args.frozen_layers}" if args.frozen_layers and not args.checkpoints else ""
             results[key] = run(what, levels, args)
             write_result(NAME, {"env_id": ENV_ID, "model": MODEL, "results": results})
 
