@@ -79,13 +79,16 @@ def _lakes_3x3() -> list[str]:
     has learnt a Down/Right mix otherwise walks into the bottom edge until the turns run out
     (one run each: 0% -> 0% without it, 0% -> 12.5% with it, ``benchmarks/results/recipe_trials``).
 
-    A learning rate of 5e-5, not the 4x4 recipe's 2e-5: eight minutes are 20-60 steps, and at
-    2e-5 the 3x3 policy had only begun to read the map by then (12.5% above); at a constant 5e-5
-    one run went 0% -> 59.4% in 22 steps (``benchmarks/results/recipe_trials/demo-3x3-lr5e-5``).
-    It decays to a tenth over the time budget (cosine, as the 4x4 recipe): at a constant 5e-5 the
-    policy turns near-deterministic within about 30 steps, and then a late step can move it onto
-    one move everywhere; a fresh clone's run trained to 88-100% sampled success and ended at 0%
-    greedy after such a step (``recipe_trials/demo-fresh-clone-4ca6f42``, step 39).
+    A learning rate of 1e-4 on the layers above the first 20 (``model_options.frozen_layers=20``),
+    decaying to a tenth over the time budget (cosine, as the 4x4 recipe). Training only the top
+    10 of 30 layers makes an update about twice as fast (``benchmarks/update_speed.py``), so eight
+    minutes hold 60-70 steps instead of 30-34. At the full model's 5e-5 the top layers alone learnt
+    less per step (43.8/59.4/50.0% for seeds 0-2, ``recipe_trials/demo-frozen20-seed*``); at 1e-4
+    they reached 78.1/84.4/78.1% in 60-70 steps, where the full model at 5e-5 reached
+    43.8/78.1/68.8% (``recipe_trials/demo-frozen20-lr1e-4-seed*`` and ``demo-cosine-seed*``). Without the decay the policy turns near-deterministic within about 30
+    steps, and then a late step can move it onto one move everywhere; a fresh clone's run trained
+    to 88-100% sampled success and ended at 0% greedy after such a step
+    (``recipe_trials/demo-fresh-clone-4ca6f42``, step 39).
     """
     lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1}
     lake_3x3 = {**LAKE_3X3, "bump_penalty": -0.1}
@@ -96,7 +99,7 @@ def _lakes_3x3() -> list[str]:
     evaluation = [{"id": "llmgym/FrozenLake-v1", "name": "lake-3x3", "options": LAKE_3X3}]
     return [
         f"train_envs={json.dumps(train)}", f"eval_envs={json.dumps(evaluation)}", "eval.use_eval_set=false",
-        "optim.lr=5e-5", "optim.lr_schedule=cosine", "optim.lr_final=0.1",
+        "optim.lr=1e-4", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "model_options.frozen_layers=20",
     ]
 
 

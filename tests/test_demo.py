@@ -35,8 +35,9 @@ def test_default_recipe_evaluates_where_reading_the_map_beats_every_blind_route(
     # The eval levels are eval seeds, not levels a training step draws.
     assert all(record["seed"] >= 1_000_000 for record in records)
     assert config.rollout.choices and config.rollout.agent == "markov"
-    assert (config.optim.lr, config.optim.lr_schedule, config.optim.lr_final) == (5e-5, "cosine", 0.1), \
+    assert (config.optim.lr, config.optim.lr_schedule, config.optim.lr_final) == (1e-4, "cosine", 0.1), \
         "the rate the recorded runs used"
+    assert config.model_options.frozen_layers == 20, "the layers the recorded runs trained"
 
 
 def test_record_appends_runs_and_keeps_their_range(demo, tmp_path, monkeypatch):
