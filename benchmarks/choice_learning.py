@@ -175,7 +175,8 @@ def load_policy(folder: str, frozen_layers: int = 0) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     chat = ChatTokens(AutoTokenizer.from_pretrained(folder), response_prefix="<answer>")
-    policy = Policy.load(folder, ModelConfig(gradient_checkpointing=False, frozen_layers=frozen_layers), with_value=False, with_reference=False)
+    options = ModelConfig(gradient_checkpointing=False, frozen_layers=frozen_layers)
+    policy = Policy.load(folder, options, with_value=False, with_reference=False)
     policy.allowed_token_ids, policy.choice_temperature = torch.tensor(chat.choice_token_ids(MOVES)), TEMPERATURE
     return policy, chat
 

@@ -422,7 +422,7 @@ class ModelConfig:
     head_chunk_tokens: int = 256
     #: Train only the layers above the first N decoder layers: the input embeddings (and an LM
     #: head tied to them) and layers ``0..N-1`` keep their weights, and the backward stops at
-    #: layer N. For SmolLM2-135M (30 layers) an update at N=20 runs about 1.8x as fast as at 0
+    #: layer N. For SmolLM2-135M (30 layers) an update at N=20 ran about 1.95x as fast as at 0
     #: (``benchmarks/update_speed.py``); its middle layers already hold what a board says (see
     #: ``benchmarks/readability.py``). 0: train every weight.
     frozen_layers: int = 0

@@ -85,10 +85,11 @@ def _lakes_3x3() -> list[str]:
     minutes hold 60-70 steps instead of 30-34. At the full model's 5e-5 the top layers alone learnt
     less per step (43.8/59.4/50.0% for seeds 0-2, ``recipe_trials/demo-frozen20-seed*``); at 1e-4
     they reached 78.1/84.4/78.1% in 60-70 steps, where the full model at 5e-5 reached
-    43.8/78.1/68.8% (``recipe_trials/demo-frozen20-lr1e-4-seed*`` and ``demo-cosine-seed*``). Without the decay the policy turns near-deterministic within about 30
-    steps, and then a late step can move it onto one move everywhere; a fresh clone's run trained
-    to 88-100% sampled success and ended at 0% greedy after such a step
-    (``recipe_trials/demo-fresh-clone-4ca6f42``, step 39).
+    43.8/78.1/68.8% (``recipe_trials/demo-frozen20-lr1e-4-seed*`` and ``demo-cosine-seed*``).
+    Without the decay the policy turns near-deterministic within about 30 steps, and then a late
+    step can move it onto one move everywhere; a fresh clone's run trained to 88-100% sampled
+    success and ended at 0% greedy after such a step (``recipe_trials/demo-fresh-clone-4ca6f42``,
+    step 39).
     """
     lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1}
     lake_3x3 = {**LAKE_3X3, "bump_penalty": -0.1}
