@@ -16,6 +16,7 @@ as the ``sokoban-v1`` preset). Modes:
 * ``sft``: the labelled optimal move alone, advantage 1 (supervised cross-entropy over the four moves).
 * ``best``: ``loss.lookahead_target=best``: 1 for the moves of the highest reward, minus the mean.
 * ``reward``: ``loss.lookahead_target=reward``: each move's reward minus the mean.
+* ``greedy``: ``loss.lookahead_target=greedy``: the cross-entropy to a uniform pick among the moves of the highest reward.
 
 Every ``--every`` steps: greedy accuracy (an optimal first move, see
 :func:`benchmarks.readability.optimal_first_moves`) on 128 held-out rooms (``any``: the first 128
@@ -53,15 +54,39 @@ from benchmarks.readability import ENV_ID, FORMATS, MODEL, MOVES, check_choice, 
 from llmgym.eval_sets import load_eval_set
 
 NAME = "choice_learning"
-MODES = ("sft", "best", "reward")
+MODES = ("sft", "best", "reward", "greedy")
 LEVELS = ("1", "2", "3", "any")
 TEMPERATURE = 2.0
 #: (prompt token ids, each move's reward with progress_reward=1, indices of the optimal first moves)
 Room = tuple[list[int], tuple[float, ...], frozenset[int]]
 
 
-def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v1") -> list[Room]:
-    """Prompts, per-move rewards and optimal first moves of ``levels`` rooms (seeded, or the eval set's)."""
+def walk(env: Any, rng: np.random.Generator) -> str | None:
+    """Move ``env`` from its room's start to a position greedy play may reach; its observation (``None``: the start).
+
+    A uniform number of moves along a fewest-moves solution (never the last), then, half the
+    time, one or two moves off it that keep the level solvable and unsolved.
+    """
+    plan = env.solution()
+    observation = None
+    for move in plan[: int(rng.integers(0, len(plan)))]:
+        observation = env.step(f"<answer>{move}</answer>")[0]
+    for _ in range(int(rng.choice([0, 0, 1, 2]))):
+        here = env.get_state()
+        for move in rng.permutation(MOVES):
+            observation_after, _, terminated, _, info = env.step(f"<answer>{move}</answer>")
+            if info["action_is_effective"] and not terminated and env.solution() is not None:
+                observation = observation_after
+                break
+            env.set_state(here)
+    return observation
+
+
+def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v1", states: str = "start") -> list[Room]:
+    """Prompts, per-move rewards and optimal first moves of ``levels`` rooms (seeded, or the eval set's).
+
+    ``states="walk"``: each room's position after :func:`walk` (seeded by the room's seed) instead of its start.
+    """
     moves = None if levels == "any" else int(levels)
     env = gym.make(
         ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **FORMATS[env_format]
@@ -73,6 +98,8 @@ def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v
     found = []
     for reset in resets:
         observation, info = env.reset(**reset)
+        if states == "walk":
+            observation = walk(env, np.random.default_rng(reset.get("seed", 0))) or observation
         start = env.get_state()
         rewards = []
         for move in MOVES:
@@ -201,20 +228,22 @@ def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
     from llmgym_train.batching import collate
     from llmgym_train.config import LossConfig, OptimConfig
     from llmgym_train.models import resolve_model
-    from llmgym_train.update import normalizer, run_epochs, with_signal
+    from llmgym_train.update import normalizer, run_epochs, scheduled_lr, with_signal
 
     started, load_start = time.perf_counter(), os.getloadavg()
     torch.manual_seed(args.seed)
     policy, chat = load_policy(str(resolve_model(MODEL)), args.frozen_layers)
     choice_ids = chat.choice_token_ids(MOVES)
-    optim = OptimConfig(lr=args.lr, max_grad_norm=1.0, micro_batch_size=64)
+    optim = OptimConfig(lr=args.lr, max_grad_norm=1.0, micro_batch_size=64, warmup_steps=args.warmup)
     loss = LossConfig(credit="tree" if mode == "sft" else "lookahead", normalize_std=False)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
-    pool = rooms(chat, levels, range(args.steps * args.rooms), test=False, env_format=args.format)
+    pool = rooms(chat, levels, range(args.steps * args.rooms), test=False, env_format=args.format, states=args.states)
     test = rooms(chat, levels, range(10**6, 10**6 + args.test), test=True, env_format=args.format)
     curve = [{"step": 0, **dict(zip(("accuracy", "moves"), accuracy(policy, choice_ids, test), strict=True))}]
     print(f"{mode}/{levels} step 0: {curve[-1]}", flush=True)
     for step in range(1, args.steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = scheduled_lr(optim, 0.0, step - 1)
         batch = collate(step_samples(pool[(step - 1) * args.rooms : step * args.rooms], mode, choice_ids), policy.pad_token_id)
         batch = with_advantages(
             replace(batch, old_logprobs=None), "grpo", normalize_std=False, gamma=1.0, lam=1.0, credit=loss.credit
@@ -232,8 +261,8 @@ def train(mode: str, levels: str, args: argparse.Namespace) -> dict[str, Any]:
     played = play(policy_chooser(policy, chat), args.format, args.play) if args.play else None
     print(f"{mode}/{levels} greedy play: {played}", flush=True)
     return {
-        "mode": mode, "levels": levels, "format": args.format, "rooms_per_step": args.rooms, "steps": args.steps, "lr": args.lr,
-        "frozen_layers": args.frozen_layers, "test_rooms": len(test), "temperature": TEMPERATURE, "curve": curve,
+        "mode": mode, "levels": levels, "format": args.format, "rooms_per_step": args.rooms, "steps": args.steps, "lr": args.lr, "warmup_steps": args.warmup,
+        "frozen_layers": args.frozen_layers, "states": args.states, "test_rooms": len(test), "temperature": TEMPERATURE, "curve": curve,
         "greedy_play": played,
         "seconds": time.perf_counter() - started, "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
@@ -248,10 +277,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--test", type=int, default=128, help="held-out rooms")
     parser.add_argument("--every", type=int, default=5, help="steps between accuracy checks")
     parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--warmup", type=int, default=0, help="optim.warmup_steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoints", nargs="+", default=[], help="model folders to score instead of training")
     parser.add_argument("--play", type=int, default=32, help="greedy episodes on this many eval levels, after training or per checkpoint")
     parser.add_argument("--frozen-layers", type=int, default=0, help="model_options.frozen_layers of the trained policy")
+    parser.add_argument("--states", default="start", choices=("start", "walk"), help="training positions: room starts, or walk()'s")
     parser.add_argument("--format", default="v1", help=f"observation: {', '.join(FORMATS)} (see benchmarks.readability)")
     args = parser.parse_args(argv)
     check_choice([args.format], tuple(FORMATS), "format")
@@ -265,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
             run = score_checkpoint if args.checkpoints else train
             key = f"{name}/{levels}" if args.format == "v1" else f"{name}/{levels}/{args.format}"
             key += f"/frozen{args.frozen_layers}" if args.frozen_layers and not args.checkpoints else ""
+            key += f"/{args.states}" if args.states != "start" and not args.checkpoints else ""
             results[key] = run(what, levels, args)
             write_result(NAME, {"env_id": ENV_ID, "model": MODEL, "results": results})
 

@@ -38,7 +38,7 @@ Backend = Literal["vllm", "hf"]
 Layout = Literal["sequence", "turn"]
 Credit = Literal["episode", "gigpo", "tree", "lookahead"]
 #: ``loss.credit=lookahead``: what a choice is credited with (see :func:`llmgym_train.data.choice_samples`).
-ChoiceTarget = Literal["reward", "best"]
+ChoiceTarget = Literal["reward", "best", "greedy"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 LRSchedule = Literal["constant", "linear", "cosine"]
@@ -229,10 +229,15 @@ class OptimConfig:
     lr_schedule: LRSchedule = "constant"
     #: The last learning rate of a decaying schedule, as a fraction of ``lr``.
     lr_final: float = 0.1
+    #: Training steps over which the learning rate rises linearly from ``lr / warmup_steps`` to
+    #: the schedule's (0: none). Adam's first steps move every weight by about ``lr`` whatever its
+    #: gradient's size, so a few early steps can swing a fresh policy onto one action.
+    warmup_steps: int = 0
 
     def __post_init__(self) -> None:
         _check_choice("optim", "lr_schedule", self.lr_schedule, LRSchedule)
         _check_range("optim", "lr_final", self.lr_final, 0.0, 1.0)
+        _check_range("optim", "warmup_steps", self.warmup_steps, 0)
         _check_range("optim", "lr", self.lr, 0.0, low_open=True)
         _check_range("optim", "weight_decay", self.weight_decay, 0.0)
         _check_range("optim", "max_grad_norm", self.max_grad_norm, 0.0)
@@ -303,7 +308,9 @@ class LossConfig:
     #: the state's highest reward, else 0: a step of greedy policy improvement, blind to how much
     #: worse the others are). Under Sokoban's ``progress_reward`` a push into a deadlock costs the
     #: moves left (up to about 15 on 6x6 rooms) where a good move earns 1, so ``reward`` spends most
-    #: of each update on "not the deadlock" and little on "the best move".
+    #: of each update on "not the deadlock" and little on "the best move". ``greedy``: the
+    #: cross-entropy to a uniform pick among the best choices (their credit ``1 / count``, no mean
+    #: subtracted): the pull toward them fades as the policy reaches them, where ``best``'s never does.
     lookahead_target: ChoiceTarget = "reward"
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0

@@ -270,7 +270,11 @@ def choice_samples(sample: Sample, choice_token_ids: Sequence[int], target: str 
     choices: every choice of a visited state is credited, not only the one played (an all-action
     policy gradient; the rows differ in their last token only, so the update runs their context
     once). ``target``: the credit is the reward (``"reward"``) or 1 for the choices that earned the
-    highest reward and 0 for the others (``"best"``).
+    highest reward and 0 for the others (``"best"``). Minus the mean, the gradient on the choice
+    logits is the advantage itself, whatever the policy: it never fades, so logits grow without
+    bound. ``"greedy"`` gives the best choices ``1 / count`` each and subtracts nothing: the
+    gradient is the cross-entropy's, credit minus probability, which vanishes once the policy
+    picks uniformly among the best choices (a state whose choices all tie gets no credit).
     The sampled choice's behaviour logprob is kept on its own sample; the others have none
     (0.0), which an on-policy update never reads (it rescores every sample).
     """
@@ -282,13 +286,17 @@ def choice_samples(sample: Sample, choice_token_ids: Sequence[int], target: str 
             f"Choice samples need a turn of one generated token, the last, and a reward per choice; got "
             f"{sum(sample.loss_mask)} generated tokens and {len(rewards)} rewards for {len(choice_token_ids)} choices."
         )
-    if target == "best":
+    if target in ("best", "greedy"):
         credits = [float(reward >= max(rewards) - _TIE) for reward in rewards]
     elif target == "reward":
         credits = list(rewards)
     else:
-        raise ValueError(f"target must be 'reward' or 'best', got {target!r}.")
-    mean = sum(credits) / len(credits)
+        raise ValueError(f"target must be 'reward', 'best' or 'greedy', got {target!r}.")
+    if target == "greedy":  # the best choices share a credit of 1 (none if all tie), and nothing is subtracted
+        share = 0.0 if all(credits) else 1.0 / sum(credits)
+        credits, mean = [credit * share for credit in credits], 0.0
+    else:
+        mean = sum(credits) / len(credits)
     sampled = sample.token_ids[-1]
     expanded = []
     for token_id, reward, credit in zip(choice_token_ids, rewards, credits, strict=True):

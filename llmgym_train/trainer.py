@@ -306,7 +306,7 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         """One batch of episodes and its update; returns the step's metrics (also logged)."""
         started = time.perf_counter()
-        lr = scheduled_lr(self.config.optim, self.progress())
+        lr = scheduled_lr(self.config.optim, self.progress(), self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         trajectories, rollout_metrics = self._take_batch() if self.rollouts is not None else self.collect(self.step)

@@ -190,21 +190,22 @@ def optimizer_step(policy: Policy, optimizer: torch.optim.Optimizer, max_grad_no
     return float(norm)
 
 
-def scheduled_lr(optim: OptimConfig, progress: float) -> float:
-    """The learning rate at ``progress`` (0 at the run's start, 1 at its end) under ``optim.lr_schedule``.
+def scheduled_lr(optim: OptimConfig, progress: float, step: int = 0) -> float:
+    """The learning rate of training step ``step`` (0-based) at ``progress`` (0 at the run's start, 1 at its end).
 
     ``linear`` and ``cosine`` go from ``optim.lr`` to ``optim.lr * optim.lr_final``; a late,
     large step on a policy that has become near-deterministic can undo what it learnt, and a
-    smaller one there cannot.
+    smaller one there cannot. The first ``optim.warmup_steps`` steps take ``(step + 1) / warmup_steps`` of it.
     """
     progress = min(max(progress, 0.0), 1.0)
+    warmup = min(1.0, (step + 1) / optim.warmup_steps) if optim.warmup_steps else 1.0
     if optim.lr_schedule == "linear":
         fraction = 1.0 - progress
     elif optim.lr_schedule == "cosine":
         fraction = 0.5 * (1.0 + math.cos(math.pi * progress))
     else:
-        return optim.lr
-    return optim.lr * (optim.lr_final + (1.0 - optim.lr_final) * fraction)
+        return optim.lr * warmup
+    return optim.lr * warmup * (optim.lr_final + (1.0 - optim.lr_final) * fraction)
 
 
 @dataclass

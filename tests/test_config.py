@@ -76,6 +76,11 @@ def test_learning_rate_schedules_run_from_lr_to_its_final_fraction() -> None:
     assert scheduled_lr(linear, 0.25) == pytest.approx(0.015)
     assert scheduled_lr(cosine, 0.25) == pytest.approx(0.01 * (1 + 2**-0.5))  # cosine stays higher early
     assert scheduled_lr(load_config().optim, 0.9) == load_config().optim.lr  # constant by default
+    warm = load_config(overrides=["optim.lr=0.02", "optim.warmup_steps=4", "optim.lr_schedule=linear", "optim.lr_final=0"]).optim
+    assert [scheduled_lr(warm, 0.0, step) for step in range(5)] == pytest.approx([0.005, 0.01, 0.015, 0.02, 0.02])
+    assert scheduled_lr(warm, 0.5, 1) == pytest.approx(0.005)  # half the warmup of half the decayed rate
+    with pytest.raises(InvalidOptionError, match="warmup_steps"):
+        load_config(overrides=["optim.warmup_steps=-1"])
 
 
 def test_grpo_with_group_size_one_is_rejected() -> None:

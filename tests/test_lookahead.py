@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
 
 import llmgym  # noqa: F401  (registers the ids)
 from llmgym.error import InvalidOptionError
@@ -57,8 +58,26 @@ def test_best_target_credits_the_best_choices_alike_however_bad_the_others() -> 
     assert [s.advantage for s in tied] == [0.5, 0.5, -0.5, -0.5]
     alike = choice_samples(one_token_sample(choice_rewards=(0.0,) * 4), [40, 41, 42, 43], "best")
     assert [s.advantage for s in alike] == [0.0] * 4  # nothing to prefer: no signal
-    with pytest.raises(ValueError, match="'reward' or 'best'"):
+    with pytest.raises(ValueError, match="'reward', 'best' or 'greedy'"):
         choice_samples(one_token_sample(choice_rewards=(0.0,) * 4), [40, 41, 42, 43], "rank")
+
+
+def test_greedy_target_is_the_cross_entropy_to_the_best_choices() -> None:
+    choices = [40, 41, 42, 43]
+    tied = choice_samples(one_token_sample(choice_rewards=(1.0, 1.0, 0.0, -9.0)), choices, "greedy")
+    assert [s.advantage for s in tied] == [0.5, 0.5, 0.0, 0.0]  # a share of 1, nothing subtracted
+    assert [s.reward for s in tied] == [1.0, 1.0, 0.0, -9.0]
+    alike = choice_samples(one_token_sample(choice_rewards=(0.0,) * 4), choices, "greedy")
+    assert [s.advantage for s in alike] == [0.0] * 4  # nothing to prefer: no signal
+    # The gradient on the choice logits: sum_k credit_k * d log p_k = credit - p * sum(credit) =
+    # target - p. It vanishes at the target distribution, where "best"'s (the advantage itself) does not.
+    logits = torch.tensor([3.0, -1.0, 0.5, 0.0], requires_grad=True)
+    for target in ("greedy", "best"):
+        credits = torch.tensor([s.advantage for s in choice_samples(
+            one_token_sample(choice_rewards=(1.0, 0.0, 0.0, 0.0)), choices, target)])
+        (grad,) = torch.autograd.grad((credits * torch.log_softmax(logits, 0)).sum(), logits)
+        expected = credits - torch.softmax(logits, 0).detach() if target == "greedy" else credits
+        assert torch.allclose(grad, expected, atol=1e-6)
 
 
 def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() -> None:

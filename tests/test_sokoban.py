@@ -139,6 +139,43 @@ def test_max_level_moves_caps_the_moves_a_level_needs(max_level_moves):
     assert np.mean(np.array(needed) == max_level_moves) > 0.8
 
 
+def _fewest_moves_to(env: SokobanEnv, key: str) -> int:
+    """Breadth-first over positions from ``env``'s current one: the fewest moves to the position ``key``."""
+    frontier, seen, moves = [env.get_state()], {env.state_key()}, 0
+    while frontier:
+        if any(env.set_state(state) or env.state_key() == key for state in frontier):
+            return moves
+        following = []
+        for state in frontier:
+            for action in env.action_names:
+                env.set_state(state)
+                env.step(f"<answer>{action}</answer>")
+                if env.state_key() not in seen:
+                    seen.add(env.state_key())
+                    following.append(env.get_state())
+        frontier, moves = following, moves + 1
+    raise AssertionError("position not reachable")
+
+
+def test_start_on_solution_begins_partway_along_an_optimal_solution():
+    rooms, partway = gym.make("llmgym/Sokoban-v1"), gym.make("llmgym/Sokoban-v1", start="solution")
+    left = []
+    for seed in range(40):
+        _, room_info = rooms.reset(seed=seed)
+        observation, info = partway.reset(seed=seed)
+        room, start = parse_xsb(rooms.unwrapped.level()), parse_xsb(partway.unwrapped.level())
+        assert (start.walls, start.targets) == (room.walls, room.targets)  # the same room, same seed
+        assert 1 <= info["optimal_steps"] == optimal_steps(start) <= room_info["optimal_steps"]
+        # On an optimal path: the fewest moves there plus the fewest moves left make the room's optimum.
+        there = _fewest_moves_to(rooms.unwrapped, partway.unwrapped.state_key())
+        assert there + info["optimal_steps"] == room_info["optimal_steps"]
+        assert partway.reset(seed=seed)[0] == observation  # reproducible from the seed
+        left.append(info["optimal_steps"] / room_info["optimal_steps"])
+    assert min(left) < 0.5 and max(left) == 1.0  # from the room's start to near the goal
+    with pytest.raises(InvalidOptionError, match='"room" or "solution"'):
+        gym.make("llmgym/Sokoban-v1", start="middle")
+
+
 def test_without_max_level_moves_levels_are_those_of_the_frozen_sets():
     capped, plain = gym.make("llmgym/Sokoban-v1", max_level_moves=None), gym.make("llmgym/Sokoban-v1")
     for seed in range(10):

@@ -78,6 +78,12 @@ class SokobanEnv(TextEnv):
     - ``max_level_moves``: a curriculum knob for one box in rooms of at most 30 inner cells
       (up to 7x7): generated levels need exactly this many moves, or the room's most when it
       has no position that far. Default ``None``: the room's most, as the eval sets use.
+    - ``start``: where a generated level starts. ``"room"`` (default, as the eval sets use): the
+      generated position. ``"solution"``: a uniformly drawn point of a fewest-moves solution from
+      it, from the start to one move before the end (drawn from the level's seed, so still
+      reproducible from it). For training: the positions a policy meets on its way to the goal
+      (the box moved, the player beside it) are as common as the rooms' starts, and levels come
+      in every length up to the room's. ``reset(options={"level": ...})`` plays the given level as it is.
     - ``step_penalty``: the reward of every move (default ``-0.1``). For training with
       returns-to-go: with a penalty, two visits of one state in failed episodes differ in
       return by the turns left after them, whatever was played; at ``0`` failed episodes
@@ -121,6 +127,7 @@ class SokobanEnv(TextEnv):
         dim_room: tuple[int, int] = (6, 6),
         num_boxes: int = 1,
         max_level_moves: int | None = None,
+        start: Literal["room", "solution"] = "room",
         step_penalty: float = STEP_PENALTY,
         progress_reward: float = 0.0,
         max_turns: int | None = 100,
@@ -136,6 +143,8 @@ class SokobanEnv(TextEnv):
         self.dim_room = check_settings(dim_room, num_boxes)
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
         _check_options(max_actions_per_turn, grid, coordinates, solve_budget, progress_reward, num_boxes)
+        if start not in ("room", "solution"):
+            raise InvalidOptionError(f'start must be "room" or "solution", got {start!r}.')
         super().__init__(
             render_mode=render_mode,
             invalid_penalty=invalid_penalty,
@@ -145,6 +154,7 @@ class SokobanEnv(TextEnv):
         )
         self.num_boxes = num_boxes
         self.max_level_moves = max_level_moves
+        self.start = start
         self.step_penalty = float(step_penalty)
         self.progress_reward = float(progress_reward)
         self.max_actions_per_turn = max_actions_per_turn
@@ -176,7 +186,10 @@ class SokobanEnv(TextEnv):
             level = parse_xsb(options["level"])
         else:
             level_seed = self._draw_level_seed()
-            level = generate_level(level_rng(level_seed), self.dim_room, self.num_boxes, self.max_level_moves)
+            rng = level_rng(level_seed)
+            level = generate_level(rng, self.dim_room, self.num_boxes, self.max_level_moves)
+            if self.start == "solution":
+                level = self._on_solution(level, rng)
             info["seed"] = level_seed
         self._load(level)
         info["optimal_steps"] = self._optimal_steps(len(level.boxes))
@@ -258,6 +271,15 @@ class SokobanEnv(TextEnv):
         return self._get_solver().plan(self._player, boxes)
 
     # ------------------------------------------------------------------ internals
+    def _on_solution(self, level: Level, rng: Any) -> Level:
+        """The position after a uniform number of moves (0 to all but the last) of a fewest-moves solution of ``level``."""
+        self._load(level)
+        plan = self.solution()
+        assert plan, "generated levels are solvable and unsolved"
+        for name in plan[: int(rng.integers(len(plan)))]:
+            self._move(self._offsets[_NAME_INDEX[name.lower()]])
+        return self._current()
+
     def _load(self, level: Level) -> None:
         self._start = level
         self._maze = maze = PaddedMaze.of(level)
