@@ -30,6 +30,9 @@ deadlock, the turn limit) and how often a move on the way was optimal.
 ``--frozen-layers N`` trains only the layers above the first N (``model_options.frozen_layers``;
 results under keys ending ``/frozenN``). After training, the trained policy plays ``--play``
 greedy episodes as ``--checkpoints`` does.
+``--oracle P ...`` trains nothing: it plays :func:`oracle_chooser` (optimal in a share ``P`` of
+positions, fixed per position as a greedy policy's moves are) on the ``--play`` first eval
+levels, under ``results["oracle:<P>"]``: the per-position accuracy a markov policy needs.
 ``--format`` picks the observation (:data:`benchmarks.readability.FORMATS`; results of another
 format than ``v1`` go under keys ending ``/<format>``).
 """
@@ -40,6 +43,7 @@ import argparse
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -165,6 +169,35 @@ def policy_chooser(policy: Any, chat: Any) -> Chooser:
     return lambda observation, system: greedy_moves(policy, choice_ids, [chat.prompt(observation, system)])[0]
 
 
+def oracle_chooser(accuracy: float, seed: int) -> Chooser:
+    """A markov agent that plays an optimal move in a share ``accuracy`` of positions and another move elsewhere.
+
+    Which positions it gets wrong, and its moves, are fixed per position (drawn from ``seed`` and
+    the board), as a greedy policy's are: what a model right on that share of the positions it
+    meets would score. Reads the v1 board.
+    """
+    solver = gym.make(ENV_ID).unwrapped
+
+    def choose(observation: str, system: str) -> int:
+        board = "\n".join(line.replace(" ", "") for line in observation.split("\n")[1:-1]).replace("_", " ")
+        solver.reset(options={"level": board})
+        best = sorted(optimal_first_moves(solver))
+        rng = np.random.default_rng([seed, zlib.crc32(board.encode())])
+        others = [move for move in range(len(MOVES)) if move not in best]
+        pool = best if rng.random() < accuracy or not others else others
+        return pool[int(rng.integers(len(pool)))]
+
+    return choose
+
+
+def oracle_play(accuracy: float, args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`play` of :func:`oracle_chooser` at ``accuracy`` over ``args.oracle_seeds`` seeds: solved share per seed."""
+    runs = [play(oracle_chooser(accuracy, seed), "v1", args.play) for seed in range(args.oracle_seeds)]
+    solved = [run["ends"]["solved"] / run["levels"] for run in runs]
+    print(f"oracle:{accuracy}: solved {np.mean(solved):.3f} ({min(solved):.3f}-{max(solved):.3f})", flush=True)
+    return {"accuracy": accuracy, "levels": args.play, "solved": solved, "solved_mean": float(np.mean(solved)), "runs": runs}
+
+
 def play(choose: Chooser, env_format: str, count: int) -> dict[str, Any]:
     """Episodes of ``choose`` on the first ``count`` eval levels (30 turns): how each ends, how often a move was optimal.
 
@@ -283,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--play", type=int, default=32, help="greedy episodes on this many eval levels, after training or per checkpoint")
     parser.add_argument("--frozen-layers", type=int, default=0, help="model_options.frozen_layers of the trained policy")
     parser.add_argument("--states", default="start", choices=("start", "walk"), help="training positions: room starts, or walk()'s")
+    parser.add_argument("--oracle", nargs="+", type=float, default=[],
+                        help="instead of training: play oracle_chooser at these accuracies on --play eval levels")
+    parser.add_argument("--oracle-seeds", type=int, default=5, help="seeds (which positions go wrong) per --oracle accuracy")
     parser.add_argument("--format", default="v1", help=f"observation: {', '.join(FORMATS)} (see benchmarks.readability)")
     args = parser.parse_args(argv)
     check_choice([args.format], tuple(FORMATS), "format")
@@ -290,6 +326,11 @@ def main(argv: list[str] | None = None) -> None:
     check_choice(args.levels, LEVELS, "levels")
     path = RESULTS_DIR / f"{NAME}.json"
     results = json.loads(path.read_text()).get("results", {}) if path.is_file() else {}
+    for accuracy in args.oracle:
+        results[f"oracle:{accuracy}"] = oracle_play(accuracy, args)
+        write_result(NAME, {"env_id": ENV_ID, "model": MODEL, "results": results})
+    if args.oracle:
+        return
     jobs = [(f"checkpoint:{folder}", folder) for folder in args.checkpoints] or [(mode, mode) for mode in args.modes]
     for name, what in jobs:
         for levels in args.levels:

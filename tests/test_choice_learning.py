@@ -44,3 +44,13 @@ def test_play_tells_solved_episodes_from_loops_and_deadlocks() -> None:
     stuck = play(lambda observation, system: MOVES.index("Up"), "v1", 4)  # up to a wall, then the same position
     assert stuck["ends"]["solved"] == 0 and stuck["ends"]["loop"] + stuck["ends"]["deadlock"] == 4
     assert stuck["optimal_move_rate"] < 1.0
+
+
+def test_the_oracle_agent_is_right_on_the_share_of_positions_asked() -> None:
+    from benchmarks.choice_learning import oracle_chooser
+
+    assert play(oracle_chooser(1.0, seed=0), "v1", 6)["ends"]["solved"] == 6
+    wrong = play(oracle_chooser(0.0, seed=0), "v1", 6)
+    assert wrong["ends"]["solved"] == 0 and wrong["optimal_move_rate"] == 0.0
+    # Fixed per position, as a greedy policy's moves: the same seed plays the same episodes.
+    assert play(oracle_chooser(0.7, seed=3), "v1", 6) == play(oracle_chooser(0.7, seed=3), "v1", 6)
