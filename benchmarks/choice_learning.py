@@ -65,16 +65,13 @@ TEMPERATURE = 2.0
 Room = tuple[list[int], tuple[float, ...], frozenset[int]]
 
 
-def walk(env: Any, rng: np.random.Generator) -> str | None:
-    """Move ``env`` from its room's start to a position greedy play may reach; its observation (``None``: the start).
+def step_off(env: Any, rng: np.random.Generator) -> str | None:
+    """Half the time, one or two moves that keep the level solvable and unsolved; the observation after (``None``: none).
 
-    A uniform number of moves along a fewest-moves solution (never the last), then, half the
-    time, one or two moves off it that keep the level solvable and unsolved.
+    With the env's ``start="solution"`` (a point of a fewest-moves solution), this gives the
+    positions greedy play may reach: on an optimal path and a move or two off it.
     """
-    plan = env.solution()
     observation = None
-    for move in plan[: int(rng.integers(0, len(plan)))]:
-        observation = env.step(f"<answer>{move}</answer>")[0]
     for _ in range(int(rng.choice([0, 0, 1, 2]))):
         here = env.get_state()
         for move in rng.permutation(MOVES):
@@ -89,11 +86,13 @@ def walk(env: Any, rng: np.random.Generator) -> str | None:
 def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v1", states: str = "start") -> list[Room]:
     """Prompts, per-move rewards and optimal first moves of ``levels`` rooms (seeded, or the eval set's).
 
-    ``states="walk"``: each room's position after :func:`walk` (seeded by the room's seed) instead of its start.
+    ``states="walk"``: instead of each room's start, a point of its solution (``start="solution"``),
+    then :func:`step_off` (seeded by the room's seed).
     """
     moves = None if levels == "any" else int(levels)
+    start = "solution" if states == "walk" else "room"
     env = gym.make(
-        ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, **FORMATS[env_format]
+        ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, start=start, **FORMATS[env_format]
     ).unwrapped
     if levels == "any" and test:
         resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds)]]
@@ -103,7 +102,7 @@ def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v
     for reset in resets:
         observation, info = env.reset(**reset)
         if states == "walk":
-            observation = walk(env, np.random.default_rng(reset.get("seed", 0))) or observation
+            observation = step_off(env, np.random.default_rng(reset.get("seed", 0))) or observation
         start = env.get_state()
         rewards = []
         for move in MOVES:
@@ -315,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoints", nargs="+", default=[], help="model folders to score instead of training")
     parser.add_argument("--play", type=int, default=32, help="greedy episodes on this many eval levels, after training or per checkpoint")
     parser.add_argument("--frozen-layers", type=int, default=0, help="model_options.frozen_layers of the trained policy")
-    parser.add_argument("--states", default="start", choices=("start", "walk"), help="training positions: room starts, or walk()'s")
+    parser.add_argument("--states", default="start", choices=("start", "walk"), help="training positions: room starts, or points of their solutions and a move or two off them")
     parser.add_argument("--oracle", nargs="+", type=float, default=[],
                         help="instead of training: play oracle_chooser at these accuracies on --play eval levels")
     parser.add_argument("--oracle-seeds", type=int, default=5, help="seeds (which positions go wrong) per --oracle accuracy")
