@@ -168,6 +168,11 @@ def policy_chooser(policy: Any, chat: Any) -> Chooser:
     return lambda observation, system: greedy_moves(policy, choice_ids, [chat.prompt(observation, system)])[0]
 
 
+def board_xsb(observation: str) -> str:
+    """The board of a v1 observation (feedback line, spaced rows, coordinates line) as an XSB level."""
+    return "\n".join(line.replace(" ", "") for line in observation.split("\n")[1:-1]).replace("_", " ")
+
+
 def oracle_chooser(accuracy: float, seed: int) -> Chooser:
     """A markov agent that plays an optimal move in a share ``accuracy`` of positions and another move elsewhere.
 
@@ -178,7 +183,7 @@ def oracle_chooser(accuracy: float, seed: int) -> Chooser:
     solver = gym.make(ENV_ID).unwrapped
 
     def choose(observation: str, system: str) -> int:
-        board = "\n".join(line.replace(" ", "") for line in observation.split("\n")[1:-1]).replace("_", " ")
+        board = board_xsb(observation)
         solver.reset(options={"level": board})
         best = sorted(optimal_first_moves(solver))
         rng = np.random.default_rng([seed, zlib.crc32(board.encode())])

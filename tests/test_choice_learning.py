@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.choice_learning import play, rooms, step_samples
+from benchmarks.choice_learning import board_xsb, play, rooms, step_samples
 from benchmarks.readability import MOVES
 from llmgym_train.chat import ChatTokens
 
@@ -34,8 +34,7 @@ def test_play_tells_solved_episodes_from_loops_and_deadlocks() -> None:
     solver = gym.make("llmgym/Sokoban-v1").unwrapped
 
     def optimal(observation: str, system: str) -> int:
-        board = "\n".join(line.replace(" ", "") for line in observation.split("\n")[1:-1])
-        solver.reset(options={"level": board.replace("_", " ")})
+        solver.reset(options={"level": board_xsb(observation)})
         return MOVES.index(solver.solution()[0])
 
     solved = play(optimal, "v1", 4)
