@@ -90,9 +90,9 @@ def rooms(chat: Any, levels: str, seeds: range, test: bool, env_format: str = "v
     then :func:`step_off` (seeded by the room's seed).
     """
     moves = None if levels == "any" else int(levels)
-    start = "solution" if states == "walk" else "room"
     env = gym.make(
-        ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0, start=start, **FORMATS[env_format]
+        ENV_ID, max_level_moves=moves, progress_reward=1.0, step_penalty=0.0,
+        start="solution" if states == "walk" else "room", **FORMATS[env_format],
     ).unwrapped
     if levels == "any" and test:
         resets = [{"options": {"level": record["level"]}} for record in load_eval_set(ENV_ID)[: len(seeds)]]
