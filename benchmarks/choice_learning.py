@@ -10,8 +10,8 @@ full distribution), plays each of the four moves once from the room's start with
 deadlock costing the moves left plus one), builds the samples the trainer would
 (:func:`~llmgym_train.data.choice_samples`, the markov agent's prompt with the ``<answer>``
 prefix, the choice at temperature 2) and runs the trainer's update on them
-(:func:`~llmgym_train.update.run_epochs`: AdamW at ``--lr``, constant, gradients clipped at 1,
-as the ``sokoban-v1`` preset). Modes:
+(:func:`~llmgym_train.update.run_epochs`: AdamW with gradients clipped at 1, as the
+``sokoban-v1`` preset, here at a constant ``--lr``). Modes:
 
 * ``sft``: the labelled optimal move alone, advantage 1 (supervised cross-entropy over the four moves).
 * ``best``: ``loss.lookahead_target=best``: 1 for the moves of the highest reward, minus the mean.
