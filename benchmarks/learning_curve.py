@@ -58,10 +58,13 @@ Presets (one per env family, in :data:`PRESETS`):
   state's highest ``progress_reward`` (the exact solver's count of moves saved;
   ``loss.lookahead_target=greedy``), whose pull fades once the policy picks them. Rooms: 24 6x6
   one-box rooms a step that start at a uniformly drawn point of a fewest-moves solution
-  (``start="solution"``), 4 turns each, no step penalty in training; 5e-5 after a 5-step warmup,
+  (``start="solution"``), 4 turns each, no step penalty in training; 1e-4 after a 5-step warmup,
   with a cosine decay to a tenth; evaluation on the frozen set with the v1 defaults (30 turns).
-  Seed 0 (``learning_curve_Sokoban-v1.json``, 121 steps in 90 minutes) went from 0% to 18.8%
-  greedy eval, rising from step 40 on. The same recipe crediting the best moves minus their mean
+  Seed 0 (``learning_curve_Sokoban-v1.json``, ``--minutes 120``, 168 steps) went from 0% to 31.2%
+  greedy eval. At 5e-5 for 90 minutes (``recipe_trials/sokoban-v1-on-solution-greedy``, 121
+  steps) it reached 18.8%; at equal steps the two ran alike (14.1% at step 110 in both), so the
+  longer budget, not the rate, made the difference (one seed each). The same recipe crediting the best
+  moves minus their mean
   (``lookahead_target=best``, ``recipe_trials/sokoban-v1-on-solution``) ended at 1.6%; the
   recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on progress rewards,
   lookahead credit on the reward itself, a mixture of 3-move and full rooms) stayed at 0%
@@ -174,7 +177,7 @@ PRESETS: dict[str, Preset] = {
             *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=lookahead",
             "loss.lookahead_target=greedy", "rollout.response_prefix=<answer>",
             'rollout.choices=["Up","Down","Left","Right"]', "rollout.max_new_tokens=1", "rollout.max_model_len=384",
-            "optim.micro_batch_size=64", "optim.lr=5e-5", "rollout.group_size=1", "rollout.temperature=2.0",
+            "optim.micro_batch_size=64", "optim.lr=1e-4", "rollout.group_size=1", "rollout.temperature=2.0",
             "eval.every=10", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "optim.warmup_steps=5",
             _SHORT_CONTEXT,
         ),
