@@ -64,11 +64,10 @@ Presets (one per env family, in :data:`PRESETS`):
   greedy eval. At 5e-5 for 90 minutes (``recipe_trials/sokoban-v1-on-solution-greedy``, 121
   steps) it reached 18.8%; at equal steps the two ran alike (14.1% at step 110 in both), so the
   longer budget, not the rate, made the difference (one seed each). The same recipe crediting the best
-  moves minus their mean
-  (``lookahead_target=best``, ``recipe_trials/sokoban-v1-on-solution``) ended at 1.6%; the
-  recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on progress rewards,
-  lookahead credit on the reward itself, a mixture of 3-move and full rooms) stayed at 0%
-  (``benchmarks/results/recipe_trials/`` and the README).
+  moves minus their mean (``lookahead_target=best``, ``recipe_trials/sokoban-v1-on-solution``)
+  ended at 1.6%; the recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on
+  progress rewards, lookahead credit on the reward itself, a mixture of 3-move and full rooms)
+  stayed at 0% (``benchmarks/results/recipe_trials/`` and the README).
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
