@@ -23,7 +23,7 @@ Every ``--every`` steps: greedy accuracy (an optimal first move, see
 levels of the frozen ``Sokoban-v1`` eval set). Results merge into
 ``benchmarks/results/choice_learning.json`` under ``results["<mode>/<levels>"]``, with the load
 average at the start and end of each. Not a test: a mode takes about ten minutes of both cores.
-``--checkpoints`` trains nothing: it scores model folders (a run's ``model/``, or the base
+``--checkpoints`` trains nothing: it scores model folders (a run folder's ``model/``, or the base
 model's) on the same held-out rooms, under ``results["checkpoint:<folder>/<levels>"]``, and
 plays greedy episodes on the first ``--play`` eval levels: how each ends (solved, a loop, a
 deadlock, the turn limit) and how often a move on the way was optimal.
@@ -46,6 +46,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -232,12 +233,19 @@ def play(choose: Chooser, env_format: str, count: int) -> dict[str, Any]:
 
 
 def load_policy(folder: str, frozen_layers: int = 0) -> tuple[Any, Any]:
-    """The policy in ``folder`` as the trainer holds it (the choice at temperature 2), and its chat tokens."""
+    """The policy in ``folder`` as the trainer holds it (the choice at temperature 2), and its chat tokens.
+
+    ``folder``: a model folder, or a run folder of ``llmgym-train`` (its ``model/``).
+    """
     from llmgym_train.chat import ChatTokens
     from llmgym_train.config import ModelConfig
+    from llmgym_train.eval.agents import is_run_folder
+    from llmgym_train.models import RUN_MODEL_FOLDER
     from llmgym_train.policy import Policy
     from transformers import AutoTokenizer
 
+    if is_run_folder(folder):
+        folder = str(Path(folder) / RUN_MODEL_FOLDER)
     chat = ChatTokens(AutoTokenizer.from_pretrained(folder), response_prefix="<answer>")
     options = ModelConfig(gradient_checkpointing=False, frozen_layers=frozen_layers)
     policy = Policy.load(folder, options, with_value=False, with_reference=False)
