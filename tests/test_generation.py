@@ -37,6 +37,30 @@ def torch_logprobs(model: Any, prompt: list[int], completion: Completion) -> tor
     return logprobs.gather(-1, torch.tensor(completion.token_ids).unsqueeze(-1)).squeeze(-1)  # (N,)
 
 
+#: bf16 logprobs of one token under the same weights, computed along different kernel paths
+#: (batch shapes, cached or fresh prefixes): measured up to 0.16 apart, a few hundredths on average.
+BF16_LOGPROB_TOLERANCE = (0.05, 0.5)  # (mean, max) absolute difference
+
+
+def assert_same_greedy(left: list[Completion], right: list[Completion]) -> None:
+    """Two greedy runs of the same weights agree: equal tokens, or a split at a near-tie.
+
+    A bf16 engine's numerics depend on the batch's shape and on whether a prefix came from the
+    cache (on some CPUs), so two greedy runs can part where the top two tokens are within
+    rounding. Up to and at that point the chosen tokens' logprobs must agree within bf16 rounding
+    (at the split: a near-tie), which other weights do not give (the perturbed weights below part
+    from the original ones at their third token, logprob gaps 0.17-0.95).
+    """
+    for one, other in zip(left, right, strict=True):
+        split = next((i for i, (a, b) in enumerate(zip(one.token_ids, other.token_ids)) if a != b), None)
+        shared = min(len(one.token_ids), len(other.token_ids)) if split is None else split
+        assert split is not None or one.token_ids == other.token_ids
+        paired = zip(one.logprobs[: shared + 1], other.logprobs[: shared + 1])
+        gaps = torch.tensor([a - b for a, b in paired]).abs()
+        mean, most = BF16_LOGPROB_TOLERANCE
+        assert len(gaps) and gaps.mean() < mean and gaps.max() < most, (split, gaps)
+
+
 # ---------------------------------------------------------------------- factory and models
 def test_unknown_backend_suggests_the_closest() -> None:
     with pytest.raises(InvalidOptionError, match="Did you mean 'vllm'"):
@@ -162,7 +186,7 @@ def test_vllm_streaming_matches_batch_and_stops_at_end_of_turn(vllm_generator: A
     streamed: dict[str, Completion] = {}
     while vllm_generator.has_pending():
         streamed.update(vllm_generator.poll())
-    assert [streamed[f"r{index}"].token_ids for index in range(len(prompts))] == [c.token_ids for c in batch]
+    assert_same_greedy([streamed[f"r{index}"] for index in range(len(prompts))], batch)
     assert any(c.finish_reason == "stop" for c in batch)
     for completion in batch:
         if completion.finish_reason == "stop":
@@ -200,7 +224,7 @@ def test_vllm_weight_sync_and_behavior_logprobs(vllm_generator: Any, smollm2_pat
         vllm_generator.update_weights(original.items())
     restored = vllm_generator.generate(prompts, greedy)
     assert [c.token_ids for c in perturbed] != [c.token_ids for c in before]
-    assert [c.token_ids for c in restored] == [c.token_ids for c in before]
+    assert_same_greedy(restored, before)
 
 
 @pytest.mark.vllm
