@@ -23,7 +23,7 @@ Every ``--every`` steps: greedy accuracy (an optimal first move, see
 levels of the frozen ``Sokoban-v1`` eval set). Results merge into
 ``benchmarks/results/choice_learning.json`` under ``results["<mode>/<levels>"]``, with the load
 average at the start and end of each. Not a test: a mode takes about ten minutes of both cores.
-``--checkpoints`` trains nothing: it scores model folders (a run folder's ``model/``, or the base
+``--checkpoints`` trains nothing: it scores model folders (a run folder, read as its ``model/``, or the base
 model's) on the same held-out rooms, under ``results["checkpoint:<folder>/<levels>"]``, and
 plays greedy episodes on the first ``--play`` eval levels: how each ends (solved, a loop, a
 deadlock, the turn limit) and how often a move on the way was optimal.
