@@ -63,7 +63,7 @@ Presets (one per env family, in :data:`PRESETS`):
   Seeds 0, 1 and 2 (``learning_curve_Sokoban-v1.json``, ``--minutes 120``) went from 0% to 31.2%
   (168 steps), 4.7% (114 steps: the machine ran its steps slower) and 31.2% (178 steps), mean
   22.4%. At 5e-5 for 90 minutes (``recipe_trials/sokoban-v1-on-solution-greedy``, 121
-  steps) it reached 18.8%; at equal steps the two ran alike (14.1% at step 110 in both), so the
+  steps) it reached 18.8%; at equal steps it ran as seed 0 did (14.1% at step 110 in both), so the
   longer budget, not the rate, made the difference (one seed each). The same recipe crediting the best
   moves minus their mean (``lookahead_target=best``, ``recipe_trials/sokoban-v1-on-solution``)
   ended at 1.6%; the recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on
