@@ -275,31 +275,8 @@ class RunLog:
         return text
 
     def plot(self) -> Path:
-        """Write the learning curve (train reward/success per step, eval success) to a PNG."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        train = [r for r in self.records if r["kind"] == "train"]
-        evals = [r for r in self.records if r["kind"] == "eval"]
-        figure, axis = plt.subplots(figsize=(7, 4))
-        if train:
-            steps = [r["step"] for r in train]
-            axis.plot(steps, [r.get("reward_mean", float("nan")) for r in train], label="train reward", alpha=0.7)
-            axis.plot(steps, [r.get("success_rate", float("nan")) for r in train], label="train success", alpha=0.7)
-        if evals:
-            axis.plot([r["step"] for r in evals], [r["success_rate"] for r in evals], "o-", label="eval success (greedy)")
-        axis.set_xlabel("step")
-        axis.set_ylabel("rate / reward")
-        axis.grid(alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend()
-        figure.tight_layout()
-        path = self.output / CURVE_FILE
-        figure.savefig(path, dpi=100)
-        plt.close(figure)
-        return path
+        """Write the learning curve of the records so far to the run folder's PNG."""
+        return plot_curve(self.records, self.output / CURVE_FILE)
 
     def close(self) -> None:
         if self._progress is not None:
@@ -309,6 +286,54 @@ class RunLog:
             self._writer.close()
             self._writer = None
         self._file.close()
+
+
+def plot_curve(records: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Write a learning curve PNG from metric records (``metrics.jsonl`` lines).
+
+    Success rates (train, and greedy eval) share the left axis, 0 to 100%; the mean train
+    reward, whose scale is the env's, has the right axis of its own.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    figure, rates = plt.subplots(figsize=(7, 4))
+    lines = []
+    if train:
+        steps = [r["step"] for r in train]
+        rewards = rates.twinx()
+        lines += rewards.plot(
+            steps, [r.get("reward_mean", float("nan")) for r in train], color="tab:gray", alpha=0.45,
+            linewidth=1, label="train reward (right axis)",
+        )
+        rewards.set_ylabel("mean train reward")
+        lines += rates.plot(
+            steps, [r.get("success_rate", float("nan")) for r in train], color="tab:orange", alpha=0.8,
+            linewidth=1, label="train success",
+        )
+        rates.set_zorder(rewards.get_zorder() + 1)
+        rates.patch.set_visible(False)
+    if evals:
+        lines += rates.plot(
+            [r["step"] for r in evals], [r["success_rate"] for r in evals], "o-", color="tab:green",
+            label="eval success (greedy)",
+        )
+    rates.set_ylim(-0.02, 1.02)
+    rates.yaxis.set_major_formatter(PercentFormatter(1.0))
+    rates.set_xlabel("step")
+    rates.set_ylabel("success rate")
+    rates.grid(alpha=0.3)
+    if lines:
+        rates.legend(lines, [line.get_label() for line in lines], loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
 
 
 def _keep_first(path: Path, count: int) -> list[dict[str, Any]]:

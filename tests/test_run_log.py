@@ -41,3 +41,24 @@ def test_stderr_is_restored_when_the_engine_start_fails(
         raise RuntimeError("engine failed")
     os.write(2, b"the error reaches the console\n")
     assert "the error reaches the console" in capfd.readouterr().err
+
+
+def test_learning_curve_keeps_rates_on_their_own_axis_beside_the_reward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *a, **k: (drawn.append(figure), save(figure, *a, **k)))
+    records = [
+        {"step": 1, "kind": "train", "reward_mean": -2.0, "success_rate": 0.1},
+        {"step": 2, "kind": "train", "reward_mean": 8.0, "success_rate": 0.5},
+        {"step": 2, "kind": "eval", "success_rate": 0.55},
+    ]
+    path = metrics.plot_curve(records, tmp_path / "curve.png")
+    assert path.stat().st_size > 0
+    rates, rewards = drawn[0].axes
+    assert rates.get_ylim() == pytest.approx((-0.02, 1.02))  # a reward of 8 does not squash the rates
+    assert {line.get_label() for line in rates.get_lines()} == {"train success", "eval success (greedy)"}
+    assert [max(line.get_ydata()) for line in rewards.get_lines()] == [8.0]
