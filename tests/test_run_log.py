@@ -50,7 +50,12 @@ def test_learning_curve_keeps_rates_on_their_own_axis_beside_the_reward(
 
     drawn: list[Figure] = []
     save = Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda figure, *a, **k: (drawn.append(figure), save(figure, *a, **k)))
+
+    def keep(figure: Figure, *args: object, **kwargs: object) -> None:
+        drawn.append(figure)
+        save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
     records = [
         {"step": 1, "kind": "train", "reward_mean": -2.0, "success_rate": 0.1},
         {"step": 2, "kind": "train", "reward_mean": 8.0, "success_rate": 0.5},
