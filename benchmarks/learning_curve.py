@@ -59,20 +59,21 @@ Presets (one per env family, in :data:`PRESETS`):
   ``loss.lookahead_target=greedy``), whose pull fades once the policy picks them. Rooms: 24 6x6
   one-box rooms a step that start at a uniformly drawn point of a fewest-moves solution
   (``start="solution"``), 4 turns each, no step penalty in training; 1e-4 after a 5-step warmup,
-  with a cosine decay to a tenth; evaluation on the frozen set with the v1 defaults (30 turns).
-  Seeds 0, 1 and 2 (``learning_curve_Sokoban-v1.json``, ``--minutes 120``) went from 0% to 31.2%
-  (168 steps), 4.7% (114 steps: the machine ran its steps slower) and 31.2% (178 steps), mean
-  22.4%. At 5e-5 for 90 minutes (``recipe_trials/sokoban-v1-on-solution-greedy``, 121
-  steps) it reached 18.8%; at equal steps it ran as seed 0 did (14.1% at step 110 in both), so the
-  longer budget, not the rate, made the difference (one seed each). The same recipe crediting the best
-  moves minus their mean (``lookahead_target=best``, ``recipe_trials/sokoban-v1-on-solution``)
-  ended at 1.6%; the recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on
-  progress rewards, lookahead credit on the reward itself, a mixture of 3-move and full rooms)
-  stayed at 0% (``benchmarks/results/recipe_trials/`` and the README). With
-  ``update.micro_batch_tokens=6144 eval.every=20`` (the same updates, to float rounding, in
-  fewer, larger micro-batches, and half the evaluations; ``--results-dir
-  benchmarks/results/recipe_trials/sokoban-v1-tokens6144``), seed 0 fit 222 steps and went from
-  0% to 54.7%, seed 1 fit 284 and went to 53.1%; seed 2 of that setting is still to run.
+  with a cosine decay to a tenth; micro-batches of up to 6,144 tokens
+  (``update.micro_batch_tokens=6144``: a step's turns share a 104-token prefix the forward runs
+  once per micro-batch, so fewer, larger micro-batches make the same update faster); evaluation
+  on the frozen set with the v1 defaults (30 turns) every 20 steps. Seeds 0, 1 and 2
+  (``learning_curve_Sokoban-v1.json``, ``--minutes 120``) fit 222, 284 and 187 steps and
+  went from 0% to 54.7%, 53.1% and 39.1%, mean 49.0%. At the default 2,048 tokens with an
+  evaluation every 10 steps (``recipe_trials/sokoban-v1-tokens2048``) the three seeds fit 168,
+  114 and 178 steps and ended at 31.2%, 4.7% and 31.2%, mean 22.4%. At 5e-5 for 90 minutes
+  (``recipe_trials/sokoban-v1-on-solution-greedy``, 121 steps) it reached 18.8%; at equal steps
+  it ran as the 1e-4 seed 0 did (14.1% at step 110 in both), so the longer budget, not the rate,
+  made the difference (one seed each). The same recipe crediting the best moves minus their mean
+  (``lookahead_target=best``, ``recipe_trials/sokoban-v1-on-solution``) ended at 1.6%; the
+  recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on progress rewards,
+  lookahead credit on the reward itself, a mixture of 3-move and full rooms) stayed at 0%
+  (``benchmarks/results/recipe_trials/`` and the README).
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -182,8 +183,8 @@ PRESETS: dict[str, Preset] = {
             "loss.lookahead_target=greedy", "rollout.response_prefix=<answer>",
             'rollout.choices=["Up","Down","Left","Right"]', "rollout.max_new_tokens=1", "rollout.max_model_len=384",
             "optim.micro_batch_size=64", "optim.lr=1e-4", "rollout.group_size=1", "rollout.temperature=2.0",
-            "eval.every=10", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "optim.warmup_steps=5",
-            _SHORT_CONTEXT,
+            "eval.every=20", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "optim.warmup_steps=5",
+            "update.micro_batch_tokens=6144", _SHORT_CONTEXT,
         ),
     ),
     "sokoban": Preset(
@@ -345,6 +346,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
     """
     from llmgym_train.trainer import Trainer
 
+    code = provenance()  # the code the run starts on: the tree may change during hours of training
     load_start = os.getloadavg()
     started = time.perf_counter()
     with Trainer(config) as trainer:
@@ -375,7 +377,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "load_average_end": [round(value, 2) for value in load_end],
         "curve_png": None if curve is None else repo_path(curve),
         "output": repo_path(output),
-        "run_provenance": provenance(),
+        "run_provenance": code,
         "config": config.to_dict(),
     }
 
