@@ -58,10 +58,20 @@ Two workloads:
 Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
 at least 0.9 of ``replay`` on both (generated tokens per second).
 
+How much a schedule can gain at all: every round also records :func:`schedule_bound` of its
+``llmgym`` pass, the most any schedule of those episodes could gain over the turn-synchronous
+one on this engine (its measured step cost; the anchor's measured env time). A pass runs at
+least as many decode steps as its longest episode generates tokens; when that episode's turns
+are each its turn's longest (a model that runs one turn to the limit tends to run the next to
+the limit too), the turn-synchronous schedule runs no more steps than that, and the bound is
+1.0 whatever the schedule. On a CPU a step's cost grows mostly with its batch (per sequence)
+rather than per step, so the steps a schedule saves are worth less than on a GPU.
+
 Writes ``benchmarks/results/rollout_throughput.json``: provenance, load averages at start and
-end, per workload and pattern tokens/s and episodes/s (median, range, every round), and at
-the top level ``ratio_vs_turn_synchronous`` and ``ratio_vs_replay`` (the ``varied``
-workload's medians) with ``uniform_ratio_vs_turn_synchronous`` and ``uniform_ratio_vs_replay``.
+end, per workload and pattern tokens/s and episodes/s (median, range, every round), each
+round's ``schedule_bound``, and at the top level ``ratio_vs_turn_synchronous``,
+``ratio_vs_replay`` and ``bound_vs_turn_synchronous`` (the ``varied`` workload's medians) with
+the ``uniform_`` ones beside them.
 
 First, the engine's step time at a few batch sizes (``--decode-batches``, see
 :func:`decode_step_seconds`): what a step costs before its first sequence and per sequence,
@@ -176,6 +186,9 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for other in ("turn_synchronous", "replay"):
         summary[f"ratio_vs_{other}"] = spread(
             [played["llmgym"]["tokens_per_s"] / played[other]["tokens_per_s"] for played in rounds])
+    bounds = [played["schedule_bound"]["bound"] for played in rounds if "schedule_bound" in played]
+    if bounds and None not in bounds:
+        summary["bound_vs_turn_synchronous"] = spread(bounds)
     return summary
 
 
@@ -183,6 +196,40 @@ def pass_figures(seconds: float, generated: int, episodes: int, **extra: Any) ->
     """One pass's figures: its wall time, tokens and episodes, and their rates."""
     return {"seconds": seconds, "generated_tokens": generated, "episodes": episodes,
             "tokens_per_s": generated / seconds, "episodes_per_s": episodes / seconds, **extra}
+
+
+def schedule_bound(lengths: Sequence[Sequence[int]], fit: dict[str, float] | None,
+                   anchor_env_s: float = 0.0) -> dict[str, Any]:
+    """The most any schedule of these episodes could gain over the turn-synchronous one, on this engine.
+
+    ``lengths[e][t]`` is the number of tokens episode ``e`` generated in turn ``t``. A decode
+    step gives each running sequence one token, so an episode needs at least as many steps as
+    it generates tokens, one turn after the other: no schedule runs fewer steps than the
+    longest episode (``critical_path_steps``). The turn-synchronous one runs, per turn, as many
+    as that turn's longest completion (``turn_synchronous_steps``), and its engine idles while
+    the envs step (``anchor_env_s``, measured). With the engine's step cost
+    ``fixed_s + per_sequence_s * batch`` (``fit``, :func:`decode_step_seconds`), every schedule
+    pays ``per_sequence_s`` for each of the ``tokens``, and ``fixed_s`` for each step it runs:
+
+        bound = (fixed_s * turn_synchronous_steps + per_sequence_s * tokens + anchor_env_s)
+                / (fixed_s * critical_path_steps + per_sequence_s * tokens)
+
+    An upper bound: prefill and per-step overheads, left out, are work every schedule does, and
+    would move the ratio towards 1. ``None`` without a fit.
+    """
+    turns = max((len(episode) for episode in lengths), default=0)
+    turn_synchronous_steps = sum(max((episode[t] for episode in lengths if len(episode) > t), default=0)
+                                 for t in range(turns))
+    critical_path_steps = max((sum(episode) for episode in lengths), default=0)
+    tokens = sum(sum(episode) for episode in lengths)
+    figures: dict[str, Any] = {"tokens": tokens, "turn_synchronous_steps": turn_synchronous_steps,
+                               "critical_path_steps": critical_path_steps, "anchor_env_s": anchor_env_s,
+                               "bound": None}
+    if fit is not None and tokens:
+        fixed, per_sequence = fit["fixed_s"], fit["per_sequence_s"]
+        figures["bound"] = ((fixed * turn_synchronous_steps + per_sequence * tokens + anchor_env_s)
+                            / (fixed * critical_path_steps + per_sequence * tokens))
+    return figures
 
 
 def rollout_figures(seconds: float, result: Any) -> dict[str, Any]:
@@ -208,6 +255,8 @@ class Bench:
     pool: Any
     #: The turn-synchronous anchor: the latest llmgym pass replayed turn by turn (``replayed``), or played (``live``).
     anchor: Anchor = "replayed"
+    #: The engine's step cost (``decode_step_seconds``' fit), for :func:`schedule_bound`; ``None``: not measured.
+    fit: dict[str, float] | None = None
     #: The trajectories of the latest ``llmgym`` pass and its round (what ``replay`` replays).
     recording: list[Any] | None = None
     recording_round: int | None = None
@@ -236,6 +285,14 @@ class Bench:
                                               env_pool=self.pool)
             return rollout_figures(time.perf_counter() - started, result)
         return self.replayed(pattern)
+
+    def bound(self, played: dict[str, Any]) -> dict[str, Any]:
+        """:func:`schedule_bound` of the round's ``llmgym`` pass, with the anchor's measured env time."""
+        from benchmarks.rollout_patterns import replay_plan
+
+        assert self.recording is not None, "a round opens with an llmgym pass"
+        lengths = [episode.lengths for episode in replay_plan(self.recording)]
+        return schedule_bound(lengths, self.fit, played["turn_synchronous"].get("env_s", 0.0))
 
     def replayed(self, pattern: Pattern) -> dict[str, Any]:
         """The latest ``llmgym`` pass replayed: turn by turn with its env calls (the anchor), or by the engine alone."""
@@ -279,7 +336,7 @@ class Bench:
 
 
 def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int, seed: int,
-                 anchor: Anchor = "replayed") -> dict[str, Any]:
+                 anchor: Anchor = "replayed", fit: dict[str, float] | None = None) -> dict[str, Any]:
     """Every round of one workload; its settings, rounds and summary."""
     from llmgym_train.chat import ChatTokens
     from llmgym_train.envs import EnvPool
@@ -287,7 +344,7 @@ def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int
     chat = ChatTokens(tokenizer, response_prefix=workload.response_prefix)
     pool = EnvPool("thread")
     config = workload.agent_config(seed, generator.max_model_len)
-    bench = Bench(generator, chat, workload, workload.plan(seed), config, pool, anchor)
+    bench = Bench(generator, chat, workload, workload.plan(seed), config, pool, anchor, fit)
     try:
         started = time.perf_counter()
         bench.warm_up()
@@ -300,6 +357,10 @@ def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int
                 figures = played[pattern]
                 print(f"[{workload.name}] round {round_index} {pattern}: {figures['generated_tokens']} tokens "
                       f"in {figures['seconds']:.1f} s = {figures['tokens_per_s']:.0f} tokens/s", flush=True)
+            played["schedule_bound"] = bench.bound(played)
+            if played["schedule_bound"]["bound"] is not None:
+                print(f"[{workload.name}] round {round_index}: no schedule of these episodes beats the "
+                      f"turn-synchronous one by more than {played['schedule_bound']['bound']:.3f}x", flush=True)
             played_rounds.append(played)
     finally:
         pool.close()
@@ -318,6 +379,8 @@ def headline(workloads: dict[str, dict[str, Any]]) -> dict[str, Any]:
         versus_replay = summary["ratio_vs_replay"]["median"]
         figures[f"{prefix}ratio_vs_turn_synchronous"] = versus_anchor
         figures[f"{prefix}ratio_vs_replay"] = versus_replay
+        if "bound_vs_turn_synchronous" in summary:
+            figures[f"{prefix}bound_vs_turn_synchronous"] = summary["bound_vs_turn_synchronous"]["median"]
         met[f"{name}_vs_turn_synchronous"] = versus_anchor >= GOALS[f"{name}_vs_turn_synchronous"]
         met[f"{name}_vs_replay"] = versus_replay >= GOALS["vs_replay"]
     figures["goals_met"] = met
@@ -429,8 +492,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"engine step: {fit['fixed_s'] * 1e3:.1f} ms + {fit['per_sequence_s'] * 1e3:.2f} ms per sequence; "
                   f"batch {max(args.decode_batches)} gives {engine['decode']['batching_gain']:.1f}x the tokens/s "
                   f"of batch {min(args.decode_batches)}", flush=True)
+        fit = engine["decode"]["fit"] if args.decode_batches and len(args.decode_batches) > 1 else None
         workloads = {workload.name: run_workload(generator, tokenizer, workload, args.rounds, args.seed,
-                                                 args.anchor) for workload in chosen}
+                                                 args.anchor, fit) for workload in chosen}
     finally:
         generator.close()
     load_average = {"start": list(load_start), "end": list(os.getloadavg())}
@@ -439,8 +503,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     path = write_result("rollout_throughput", figures, args.results_dir)
     for name, workload in workloads.items():
         summary = workload["summary"]
-        print(f"{name}: llmgym / turn-synchronous {summary['ratio_vs_turn_synchronous']['median']:.3f}, "
-              f"llmgym / replay {summary['ratio_vs_replay']['median']:.3f}")
+        bound = summary.get("bound_vs_turn_synchronous")
+        print(f"{name}: llmgym / turn-synchronous {summary['ratio_vs_turn_synchronous']['median']:.3f}"
+              + (f" (bound {bound['median']:.3f})" if bound else "")
+              + f", llmgym / replay {summary['ratio_vs_replay']['median']:.3f}")
     print(f"-> {path}")
 
 

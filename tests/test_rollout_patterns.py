@@ -23,7 +23,7 @@ from benchmarks.rollout_patterns import (
     turn_synchronous_replay,
     turn_synchronous_rollout,
 )
-from benchmarks.rollout_throughput import PATTERNS, round_orders, summarize
+from benchmarks.rollout_throughput import PATTERNS, round_orders, schedule_bound, summarize
 from llmgym_train.agents import AgentConfig
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
@@ -183,3 +183,26 @@ def test_llmgym_opens_every_round_and_ratios_are_taken_within_a_round() -> None:
     assert summary["ratio_vs_turn_synchronous"]["median"] == pytest.approx(1.35)
     assert summary["ratio_vs_replay"]["min"] == pytest.approx(0.8) and summary["ratio_vs_replay"]["max"] == 1.0
     assert summary["llmgym"]["tokens_per_s"]["median"] == 90.0
+
+
+def test_no_schedule_beats_the_turn_synchronous_one_when_the_longest_episode_is_each_turns_longest() -> None:
+    # Episode 0 runs every turn to the limit: the anchor's steps are the critical path's.
+    fit = {"fixed_s": 0.05, "per_sequence_s": 0.002}
+    same = schedule_bound([[64, 64, 64], [3, 40, 9], [10, 5]], fit)
+    assert same["turn_synchronous_steps"] == same["critical_path_steps"] == 192
+    assert same["tokens"] == 192 + 52 + 15
+    assert same["bound"] == pytest.approx(1.0)
+
+
+def test_the_bound_grows_with_the_steps_the_turn_barrier_adds_and_the_anchors_env_time() -> None:
+    fit = {"fixed_s": 0.05, "per_sequence_s": 0.002}
+    lengths = [[64, 4], [4, 64]]  # each turn waits for a different episode's long completion
+    crossed = schedule_bound(lengths, fit)
+    assert (crossed["turn_synchronous_steps"], crossed["critical_path_steps"]) == (128, 68)
+    expected = (0.05 * 128 + 0.002 * 136) / (0.05 * 68 + 0.002 * 136)
+    assert crossed["bound"] == pytest.approx(expected)
+    best = 0.05 * 68 + 0.002 * 136
+    assert schedule_bound(lengths, fit, anchor_env_s=1.0)["bound"] == pytest.approx(expected + 1.0 / best)
+    # Per-sequence cost dominating (a CPU's), the same saved steps are worth less.
+    assert 1.0 < schedule_bound(lengths, {"fixed_s": 0.01, "per_sequence_s": 0.01})["bound"] < crossed["bound"]
+    assert schedule_bound(lengths, None)["bound"] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -322,6 +323,10 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
             self._backend = None
 
     def __del__(self) -> None:
+        # At interpreter exit the modules a backend closes with may be gone (the thread backend's
+        # executor needs ``queue``); its threads and worker processes end with the interpreter.
+        if sys.is_finalizing():
+            return
         if not getattr(self, "closed", True) and getattr(self, "_backend", None) is not None:
             self.close()
 
