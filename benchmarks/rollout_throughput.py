@@ -419,12 +419,13 @@ def decode_step_seconds(
             finished += len(engine.poll())
             steps.append(time.perf_counter() - started)
         medians[batch] = statistics.median(steps)
-    sizes = np.array(list(medians), dtype=float)
-    per_sequence, fixed = np.polyfit(sizes, np.array(list(medians.values())), 1) if len(sizes) > 1 else (0.0, 0.0)
+    fit = None  # a line needs two batch sizes
+    if len(medians) > 1:
+        per_sequence, fixed = np.polyfit(np.array(list(medians), dtype=float), np.array(list(medians.values())), 1)
+        fit = {"fixed_s": float(fixed), "per_sequence_s": float(per_sequence)}
     largest = max(medians)
     return {"prompt_tokens": prompt_tokens, "tokens_per_request": length,
-            "step_s": {str(batch): seconds for batch, seconds in medians.items()},
-            "fit": {"fixed_s": float(fixed), "per_sequence_s": float(per_sequence)},
+            "step_s": {str(batch): seconds for batch, seconds in medians.items()}, "fit": fit,
             # Tokens per second at the largest batch over tokens per second at batch 1.
             "batching_gain": (largest / medians[largest]) / (1 / medians[min(medians)])}
 
@@ -485,14 +486,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     generator = make_generator("vllm", model, max_model_len=2048, seed=args.seed)  # the trainer's engine
     tokenizer = AutoTokenizer.from_pretrained(model)
     try:
-        engine = engine_record(generator)
+        engine, fit = engine_record(generator), None
         if args.decode_batches:
             engine["decode"] = decode_step_seconds(generator, args.decode_batches, seed=args.seed)
             fit = engine["decode"]["fit"]
+        if fit is not None:
             print(f"engine step: {fit['fixed_s'] * 1e3:.1f} ms + {fit['per_sequence_s'] * 1e3:.2f} ms per sequence; "
                   f"batch {max(args.decode_batches)} gives {engine['decode']['batching_gain']:.1f}x the tokens/s "
                   f"of batch {min(args.decode_batches)}", flush=True)
-        fit = engine["decode"]["fit"] if args.decode_batches and len(args.decode_batches) > 1 else None
         workloads = {workload.name: run_workload(generator, tokenizer, workload, args.rounds, args.seed,
                                                  args.anchor, fit) for workload in chosen}
     finally:

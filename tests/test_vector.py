@@ -693,3 +693,21 @@ def test_close_after_a_sub_env_error_ends_every_worker() -> None:
         venv.step([answer("crash")] * 4)
     venv.close()
     assert_no_workers_left(pids)
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_vector_env_left_open_at_exit_ends_quietly(backend: str) -> None:
+    # A script that never closes its vector env, held by a module (as a library's cache would hold
+    # it): it is collected late in the interpreter's exit, after the modules its backend closes
+    # with. The interpreter ends it, with nothing on stderr.
+    script = textwrap.dedent(f"""
+        import json
+        import gymnasium as gym
+        import llmgym
+        json.held = gym.make_vec("llmgym/FrozenLake-v0", 2, backend={backend!r})
+        json.held.reset(seed=0)
+        json.held.step(["<answer>Down</answer>"] * 2)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
