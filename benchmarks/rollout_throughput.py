@@ -36,24 +36,28 @@ Two workloads:
 * ``uniform`` (today's): 64 Sokoban-v0 episodes (16 groups of 4), 4 turns of at most 64
   tokens. The model rarely ends a Sokoban turn by itself, so turns mostly run to the limit,
   and the env answers in microseconds: the two rollout patterns should be close here.
-* ``varied``: 64 episodes (16 groups of 4) of ``llmgym/MathMultiTurn-v0`` (three attempts at a
-  problem, "wrong, try again" after each miss), turns of at most 256 tokens, every turn
-  starting with ``<answer>`` written into the prompt (``response_prefix``, as the trainer's
-  ``rollout.response_prefix``). Why this env: the default model ends 7 turns in 8 here with its
-  end-of-turn token, anywhere from a few tokens to the limit (measured on 8 episodes: 7 to 256
-  tokens, 12% cut at the limit), and the env checks each answer for real: an answer that is
+* ``varied``: 64 episodes (16 groups of 4) of ``llmgym/MathMultiTurn-v0`` with six attempts at
+  a problem ("wrong, try again" after each miss), turns of at most 256 tokens in an episode of
+  at most 1,024 tokens (``context_tokens``, as the trainer's ``rollout.max_model_len``: a turn
+  gets the room left, an episode with none left ends), every turn starting with ``<answer>``
+  written into the prompt (``response_prefix``, as the trainer's ``rollout.response_prefix``).
+  Why this env: the default model ends most turns here with its end-of-turn token, anywhere
+  from a few tokens to the limit, and the env checks each answer for real: an answer that is
   not a plain number (most of this model's) goes to math-verify in a worker process, a round
   trip of milliseconds to tens of ms. The python tool env (``ToolUse-Python-v0``) would give
   longer waits (a bubblewrap sandbox per call), but this model never writes a well-formed tool
   call there (96% of its turns were invalid, no sandbox ran); with the call's opening written
   into the prompt (``<tool_call>`` and ``{"name": "python", "arguments": {"code": "``) 1 of 16
   sampled turns ran in the sandbox, the others broke the JSON or never closed the block. Without
-  a prefix it never closes an ``<answer>`` tag in the math envs either. A turn-synchronous loop
-  waits every turn for the longest answer and the slowest check; llmgym's rollout keeps
-  generating meanwhile. 64 episodes, as many as ``uniform`` (32 until 2026-11-27: there a pass
-  could be bound by its longest episode, three turns cut at 256 tokens being 768 engine steps
-  however the others are scheduled; at 64 the engine alone still ran level with the anchor, so
-  on this CPU the schedule, not the episode count, sets the figure).
+  a prefix it never closes an ``<answer>`` tag in the math envs either.
+  Why six attempts and an episode budget: until 2026-11-28 this workload ran three attempts
+  with the engine's whole context (2,048 tokens), and there the schedule could not matter
+  (:func:`schedule_bound` 1.003): a model that runs one turn to the 256-token limit tends to
+  run the next ones to the limit too, so one such episode was each turn's longest and its
+  768 steps were also the turn-synchronous loop's. Training runs bound an episode's context,
+  which ends such an episode after a few cut turns, while others go on retrying: the longest
+  turns then fall on different episodes from turn to turn, which is where a turn-synchronous
+  loop waits and llmgym's rollout does not.
 
 Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
 at least 0.9 of ``replay`` on both (generated tokens per second).
@@ -125,6 +129,9 @@ class Workload:
     temperature: float = 1.0
     #: Text every turn starts with, written into the prompt (the trainer's ``rollout.response_prefix``).
     response_prefix: str = ""
+    #: Longest episode in tokens, prompt and every turn (the trainer's ``rollout.max_model_len``): a
+    #: turn gets at most the room left, and an episode with no room left ends. None: the engine's.
+    context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.episodes % self.group_size:
@@ -145,16 +152,19 @@ class Workload:
         from llmgym_train.generation import SamplingSpec
         from llmgym_train.planner import sampling_seed
 
+        if self.context_tokens is not None and self.context_tokens > max_model_len:
+            raise ValueError(f"context_tokens={self.context_tokens} exceeds the engine's max_model_len={max_model_len}.")
         sampling = SamplingSpec(max_tokens=self.max_tokens, temperature=self.temperature)
-        return AgentConfig(sampling=sampling, max_turns=self.max_turns, max_context_tokens=max_model_len,
-                           sampling_seed=sampling_seed(seed, 0))
+        return AgentConfig(sampling=sampling, max_turns=self.max_turns,
+                           max_context_tokens=self.context_tokens or max_model_len, sampling_seed=sampling_seed(seed, 0))
 
 
 WORKLOADS = {
     "uniform": Workload("uniform", "llmgym/Sokoban-v0", episodes=64, group_size=4, max_turns=4,
                         max_tokens=64),
-    "varied": Workload("varied", "llmgym/MathMultiTurn-v0", episodes=64, group_size=4, max_turns=3,
-                       max_tokens=256, response_prefix="<answer>"),
+    "varied": Workload("varied", "llmgym/MathMultiTurn-v0", episodes=64, group_size=4, max_turns=6,
+                       max_tokens=256, env_options={"max_attempts": 6}, response_prefix="<answer>",
+                       context_tokens=1024),
 }
 
 
