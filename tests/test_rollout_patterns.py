@@ -23,7 +23,7 @@ from benchmarks.rollout_patterns import (
     turn_synchronous_replay,
     turn_synchronous_rollout,
 )
-from benchmarks.rollout_throughput import PATTERNS, round_orders, schedule_bound, summarize
+from benchmarks.rollout_throughput import PATTERNS, WORKLOADS, round_orders, schedule_bound, summarize
 from llmgym_train.agents import AgentConfig
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
@@ -206,3 +206,11 @@ def test_the_bound_grows_with_the_steps_the_turn_barrier_adds_and_the_anchors_en
     # Per-sequence cost dominating (a CPU's), the same saved steps are worth less.
     assert 1.0 < schedule_bound(lengths, {"fixed_s": 0.01, "per_sequence_s": 0.01})["bound"] < crossed["bound"]
     assert schedule_bound(lengths, None)["bound"] is None
+
+
+def test_a_workloads_episode_budget_reaches_its_agents_and_must_fit_the_engine() -> None:
+    varied = WORKLOADS["varied"]
+    assert varied.agent_config(seed=0, max_model_len=2048).max_context_tokens == varied.context_tokens == 1024
+    assert WORKLOADS["uniform"].agent_config(seed=0, max_model_len=2048).max_context_tokens == 2048
+    with pytest.raises(ValueError, match="context_tokens=1024 exceeds the engine's max_model_len=512"):
+        varied.agent_config(seed=0, max_model_len=512)
