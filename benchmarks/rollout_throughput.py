@@ -147,16 +147,19 @@ class Workload:
         return plan_groups([mix], self.group_size, seed).starts
 
     def agent_config(self, seed: int, max_model_len: int) -> Any:
-        """Sampling, turn limit and per-request seeds, as the trainer sets them for step 0 of run ``seed``."""
+        """Sampling, turn limit, episode budget and per-request seeds, as the trainer sets them for step 0
+        of run ``seed``."""
         from llmgym_train.agents import AgentConfig
         from llmgym_train.generation import SamplingSpec
         from llmgym_train.planner import sampling_seed
 
         if self.context_tokens is not None and self.context_tokens > max_model_len:
-            raise ValueError(f"context_tokens={self.context_tokens} exceeds the engine's max_model_len={max_model_len}.")
+            raise ValueError(
+                f"context_tokens={self.context_tokens} exceeds the engine's max_model_len={max_model_len}.")
         sampling = SamplingSpec(max_tokens=self.max_tokens, temperature=self.temperature)
         return AgentConfig(sampling=sampling, max_turns=self.max_turns,
-                           max_context_tokens=self.context_tokens or max_model_len, sampling_seed=sampling_seed(seed, 0))
+                           max_context_tokens=self.context_tokens or max_model_len,
+                           sampling_seed=sampling_seed(seed, 0))
 
 
 WORKLOADS = {
