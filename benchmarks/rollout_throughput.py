@@ -153,9 +153,6 @@ class Workload:
         from llmgym_train.generation import SamplingSpec
         from llmgym_train.planner import sampling_seed
 
-        if self.context_tokens is not None and self.context_tokens > max_model_len:
-            raise ValueError(
-                f"context_tokens={self.context_tokens} exceeds the engine's max_model_len={max_model_len}.")
         sampling = SamplingSpec(max_tokens=self.max_tokens, temperature=self.temperature)
         return AgentConfig(sampling=sampling, max_turns=self.max_turns,
                            max_context_tokens=self.context_tokens or max_model_len,

@@ -208,9 +208,12 @@ def test_the_bound_grows_with_the_steps_the_turn_barrier_adds_and_the_anchors_en
     assert schedule_bound(lengths, None)["bound"] is None
 
 
-def test_a_workloads_episode_budget_reaches_its_agents_and_must_fit_the_engine() -> None:
+def test_a_workloads_episode_budget_reaches_its_agents_and_must_fit_the_engine(
+    random_tiny_model: Any, char_tokenizer: Any
+) -> None:
     varied = WORKLOADS["varied"]
     assert varied.agent_config(seed=0, max_model_len=2048).max_context_tokens == varied.context_tokens == 1024
     assert WORKLOADS["uniform"].agent_config(seed=0, max_model_len=2048).max_context_tokens == 2048
-    with pytest.raises(ValueError, match="context_tokens=1024 exceeds the engine's max_model_len=512"):
-        varied.agent_config(seed=0, max_model_len=512)
+    short = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=512)
+    with pytest.raises(ValueError, match="max_context_tokens=1024 exceeds the generator's max_model_len=512"):
+        rollout(short, ChatTokens(char_tokenizer), varied.plan(0)[:1], config=varied.agent_config(0, 512))
