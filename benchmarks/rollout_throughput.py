@@ -73,7 +73,8 @@ rather than per step, so the steps a schedule saves are worth less than on a GPU
 
 Writes ``benchmarks/results/rollout_throughput.json``: provenance, load averages at start and
 end, per workload and pattern tokens/s and episodes/s (median, range, every round), each
-round's ``schedule_bound``, and at the top level ``ratio_vs_turn_synchronous``,
+round's ``schedule_bound``, each pass's engine steps and its seconds inside and outside them
+(:class:`EngineSteps`), and at the top level ``ratio_vs_turn_synchronous``,
 ``ratio_vs_replay`` and ``bound_vs_turn_synchronous`` (the ``varied`` workload's medians) with
 the ``uniform_`` ones beside them.
 
@@ -95,7 +96,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from benchmarks.common import RESULTS_DIR, write_result
 
@@ -185,14 +186,15 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
 
 
 def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-pattern tokens/s and episodes/s, and llmgym's ratios to the other two, over ``rounds``.
+    """Per-pattern tokens/s, episodes/s and engine steps and seconds, and llmgym's ratios to the other two.
 
     A ratio is taken within a round (the same stretch of the machine's time), then summarized.
     """
     summary: dict[str, Any] = {}
     for pattern in PATTERNS:
+        counted = [figure for figure in ("engine_steps", "engine_s", "outside_engine_s") if figure in rounds[0][pattern]]
         summary[pattern] = {figure: spread([played[pattern][figure] for played in rounds])
-                            for figure in ("tokens_per_s", "episodes_per_s")}
+                            for figure in ("tokens_per_s", "episodes_per_s", *counted)}
     for other in ("turn_synchronous", "replay"):
         summary[f"ratio_vs_{other}"] = spread(
             [played["llmgym"]["tokens_per_s"] / played[other]["tokens_per_s"] for played in rounds])
@@ -253,6 +255,36 @@ def rollout_figures(seconds: float, result: Any) -> dict[str, Any]:
                         generation_s=metrics["time/generation_s"], env_s=metrics["time/env_s"])
 
 
+class EngineSteps:
+    """Counts and times the engine's steps while in use: ``with EngineSteps(engine) as steps: ...``.
+
+    Every pattern advances the engine by calling ``engine.step()`` (vLLM's ``LLMEngine``; the
+    trainer's generator and the replays alike), so a pass's step count and the seconds inside
+    them say how it spent its time: a pass that runs more steps for the same tokens, or works
+    outside the engine while the engine idles, shows it here, whatever the machine's speed
+    during that pass. The step is wrapped on the engine object for the ``with`` block only.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.steps, self.seconds = engine, 0, 0.0
+
+    def __enter__(self) -> Self:
+        step = self.engine.step
+
+        def timed_step() -> Any:
+            started = time.perf_counter()
+            try:
+                return step()
+            finally:
+                self.steps, self.seconds = self.steps + 1, self.seconds + time.perf_counter() - started
+
+        self.engine.step = timed_step
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        del self.engine.step  # the class's own method again
+
+
 @dataclass
 class Bench:
     """What the passes of one workload share: the engine, the episodes, the env pool, the latest recording."""
@@ -278,10 +310,20 @@ class Bench:
             llm.reset_prefix_cache()
 
     def measure(self, pattern: Pattern, round_index: int) -> dict[str, Any]:
-        """Play one pass of ``pattern``; its figures."""
+        """Play one pass of ``pattern``; its figures, with the engine steps it ran and the seconds in and out of them."""
+        self.clear_prefix_cache()
+        engine = getattr(getattr(self.generator, "llm", None), "llm_engine", None)
+        if engine is None:  # not a vLLM generator: nothing to count
+            return self.play(pattern, round_index)
+        with EngineSteps(engine) as steps:
+            figures = self.play(pattern, round_index)
+        return {**figures, "engine_steps": steps.steps, "engine_s": steps.seconds,
+                "outside_engine_s": figures["seconds"] - steps.seconds}
+
+    def play(self, pattern: Pattern, round_index: int) -> dict[str, Any]:
+        """One pass of ``pattern``; its figures."""
         from llmgym_train.rollout import rollout
 
-        self.clear_prefix_cache()
         if pattern == "llmgym":
             started = time.perf_counter()
             result = rollout(self.generator, self.chat, self.starts, config=self.config, env_pool=self.pool)
@@ -366,7 +408,9 @@ def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int
                 played[pattern] = bench.measure(pattern, round_index)
                 figures = played[pattern]
                 print(f"[{workload.name}] round {round_index} {pattern}: {figures['generated_tokens']} tokens "
-                      f"in {figures['seconds']:.1f} s = {figures['tokens_per_s']:.0f} tokens/s", flush=True)
+                      f"in {figures['seconds']:.1f} s = {figures['tokens_per_s']:.0f} tokens/s"
+                      + (f"; {figures['engine_steps']} engine steps, {figures['outside_engine_s']:.2f} s outside them"
+                         if "engine_steps" in figures else ""), flush=True)
             played["schedule_bound"] = bench.bound(played)
             if played["schedule_bound"]["bound"] is not None:
                 print(f"[{workload.name}] round {round_index}: no schedule of these episodes beats the "

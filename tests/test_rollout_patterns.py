@@ -9,6 +9,7 @@ request from its own seed (hf backend), so the same seeds give the same tokens i
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +24,14 @@ from benchmarks.rollout_patterns import (
     turn_synchronous_replay,
     turn_synchronous_rollout,
 )
-from benchmarks.rollout_throughput import PATTERNS, WORKLOADS, round_orders, schedule_bound, summarize
+from benchmarks.rollout_throughput import (
+    PATTERNS,
+    WORKLOADS,
+    EngineSteps,
+    round_orders,
+    schedule_bound,
+    summarize,
+)
 from llmgym_train.agents import AgentConfig
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
@@ -217,3 +225,49 @@ def test_a_workloads_episode_budget_reaches_its_agents_and_must_fit_the_engine(
     short = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=512)
     with pytest.raises(ValueError, match="max_context_tokens=1024 exceeds the generator's max_model_len=512"):
         rollout(short, ChatTokens(char_tokenizer), varied.plan(0)[:1], config=varied.agent_config(0, 512))
+
+
+class SlowEngine:
+    """An engine whose step takes ``seconds`` and fails once ``fail_at`` steps ran."""
+
+    def __init__(self, seconds: float, fail_at: int = -1) -> None:
+        self.seconds, self.fail_at, self.ran = seconds, fail_at, 0
+
+    def step(self) -> list[str]:
+        time.sleep(self.seconds)
+        self.ran += 1
+        if self.ran == self.fail_at:
+            raise RuntimeError("engine failed")
+        return [f"out-{self.ran}"]
+
+
+def test_engine_steps_counts_and_times_every_step_of_a_pass_and_only_while_in_use() -> None:
+    engine = SlowEngine(0.01)
+    engine.step()  # before: not counted
+    with EngineSteps(engine) as steps:
+        outputs = [engine.step() for _ in range(3)]
+    engine.step()  # after: the engine's own step again, not counted
+    assert outputs == [["out-2"], ["out-3"], ["out-4"]], "the engine's outputs pass through"
+    assert steps.steps == 3 and 0.03 <= steps.seconds < 1.0
+    assert "step" not in vars(engine) and engine.ran == 5
+    failing = SlowEngine(0.0, fail_at=2)
+    with pytest.raises(RuntimeError, match="engine failed"), EngineSteps(failing) as counted:
+        while True:
+            failing.step()
+    assert counted.steps == 2 and "step" not in vars(failing), "a failed step counts, and the wrapper goes"
+
+
+def test_the_summary_reports_each_patterns_engine_steps_and_its_time_outside_them() -> None:
+    def played(tokens_per_s: float, steps: int, outside: float) -> dict[str, float]:
+        return {"tokens_per_s": tokens_per_s, "episodes_per_s": 1.0, "engine_steps": steps, "engine_s": 60.0,
+                "outside_engine_s": outside}
+
+    rounds = [{"llmgym": played(100.0, 256, 0.6), "turn_synchronous": played(98.0, 259, 0.2),
+               "replay": played(101.0, 256, 0.1)},
+              {"llmgym": played(90.0, 258, 0.5), "turn_synchronous": played(95.0, 259, 0.3),
+               "replay": played(91.0, 256, 0.1)}]
+    summary = summarize(rounds)
+    assert summary["llmgym"]["engine_steps"]["runs"] == [256, 258]
+    assert summary["turn_synchronous"]["outside_engine_s"]["median"] == pytest.approx(0.25)
+    assert "engine_steps" not in summarize([{pattern: {"tokens_per_s": 1.0, "episodes_per_s": 1.0}
+                                             for pattern in PATTERNS}])["llmgym"]
