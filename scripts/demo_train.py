@@ -1,6 +1,7 @@
-"""Train the embedded SmolLM2-135M on FrozenLake for about 8 minutes on a CPU, and print the change.
+"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (about 8 minutes on a CPU), and print the change.
 
-    python scripts/demo_train.py [--recipe 3x3|2x2|v1] [--output runs/demo] [--minutes 8] [--record] [key=value ...]
+    python scripts/demo_train.py [--recipe 3x3|2x2|v1] [--output runs/demo] [--steps 60] [--minutes 0]
+        [--record] [key=value ...]
 
 Three recipes, all ``llmgym-train`` with GRPO and vLLM generation:
 
@@ -18,13 +19,16 @@ Three recipes, all ``llmgym-train`` with GRPO and vLLM generation:
   ``llmgym/FrozenLake-v1`` (one token per cell, the player's coordinates), the ``markov``
   agent, GiGPO-style step advantages, 3x3 and 4x4 lakes, evaluated on the first 32 levels of
   the frozen 4x4 eval set, where the best fixed route scores 43.8%. On a 2-core CPU a step
-  takes minutes, so 10 minutes show only its first steps.
+  takes minutes: bound the run with ``--minutes`` (10 minutes show only its first steps).
 
 Beside before/after the demo prints what three agents score on the same eval levels: the
 best fixed move sequence played blind (exhaustive search), a random agent, and the optimal
-solver. A model that beats the blind route reads the map. Training stops after
-``--minutes`` of wall time (the first evaluation is not counted). Any config key can be
-overridden as ``key=value``.
+solver. A model that beats the blind route reads the map. Training stops after ``--steps``
+steps, or earlier after ``--minutes`` of wall time if given (the first evaluation is not
+counted). A step budget makes the run the same on a fast machine and a slow one: until
+2026-11-28 the demo trained for 8 minutes, and a fresh clone on a day the machine ran slower
+fitted 36 steps into them and ended level with the blind route, where 50-79 steps ended
+above it. Any config key can be overridden as ``key=value``.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ def _lakes_3x3() -> list[str]:
     (one run each: 0% -> 0% without it, 0% -> 12.5% with it, ``benchmarks/results/recipe_trials``).
 
     A learning rate of 1e-4 on the layers above the first 20 (``model_options.frozen_layers=20``),
-    decaying to a tenth over the time budget (cosine, as the 4x4 recipe). Training only the top
+    decaying to a tenth over the run's steps (cosine, as the 4x4 recipe). Training only the top
     10 of 30 layers makes an update about twice as fast (``benchmarks/update_speed.py``), so eight
     minutes hold 60-70 steps instead of 30-34. At the full model's 5e-5 the top layers alone learnt
     less per step (43.8/59.4/50.0% for seeds 0-2, ``recipe_trials/demo-frozen20-seed*``); at 1e-4
@@ -104,8 +108,9 @@ def _lakes_3x3() -> list[str]:
     ]
 
 
-def demo_config(recipe: str, output: str, minutes: float, overrides: list[str]) -> TrainConfig:
-    """The recipe, stopped by wall time (``max_minutes``) rather than by a step count."""
+def demo_config(recipe: str, output: str, steps: int, overrides: list[str], minutes: float = 0.0) -> TrainConfig:
+    """The recipe, stopped after ``steps`` training steps, or after ``minutes`` of training if that comes first (0: no
+    time limit); a decaying learning rate decays over whichever budget runs out first."""
     if recipe in ("3x3", "v1"):
         env_id = "llmgym/FrozenLake-v1"
         _, preset = preset_for(env_id, None)
@@ -113,9 +118,10 @@ def demo_config(recipe: str, output: str, minutes: float, overrides: list[str]) 
         if recipe == "3x3":
             base += _lakes_3x3()
     else:
-        base = [*LAKE_2X2, f"max_minutes={minutes}", f"output={output}"]
+        base = [*LAKE_2X2, f"output={output}"]
     return load_config(overrides=[
-        *base, f"eval.levels={EVAL_LEVELS}", "eval.every=0", "checkpoint_every=0", "progress=true", *overrides,
+        *base, f"steps={steps}", f"max_minutes={minutes}", f"eval.levels={EVAL_LEVELS}", "eval.every=0",
+        "checkpoint_every=0", "progress=true", *overrides,
     ])
 
 
@@ -140,14 +146,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=("3x3", "2x2", "v1"), default="3x3", help="what to train (see above)")
     parser.add_argument("--output", default="runs/demo", help="run folder")
-    parser.add_argument("--minutes", type=float, default=8.0, help="approximate training time")
+    parser.add_argument("--steps", type=int, default=60, help="training steps (about 8 s each on 2 CPU cores)")
+    parser.add_argument("--minutes", type=float, default=0.0,
+                        help="stop training after this many minutes even if steps are left (0: no time limit)")
     parser.add_argument("--record", action="store_true",
                         help="append the result to benchmarks/results/demo.json (the README's figures)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
     load_start = list(os.getloadavg())
     try:
-        config = demo_config(args.recipe, args.output, args.minutes, args.overrides)
+        config = demo_config(args.recipe, args.output, args.steps, args.overrides, args.minutes)
     except Error as error:
         print(f"demo_train: {error}")
         return 2
@@ -178,7 +186,8 @@ def main() -> int:
         stamp = provenance()
         run = {
             "eval_success_before": before, "eval_success_after": after, "steps": summary.step,
-            "minutes": round(minutes, 2), "minutes_budget": args.minutes, "eval_levels": config.eval.levels,
+            "minutes": round(minutes, 2), "steps_budget": config.steps, "minutes_budget": config.max_minutes,
+            "eval_levels": config.eval.levels,
             "eval_env": spec.label, "eval_options": dict(spec.options), "overrides": args.overrides,
             "train_envs": [{"name": env.name, "n_groups": env.n_groups, "options": env.options}
                            for env in config.train_envs],

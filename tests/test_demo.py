@@ -23,7 +23,7 @@ def demo():
 
 
 def test_default_recipe_evaluates_where_reading_the_map_beats_every_blind_route(demo, tmp_path):
-    config = demo.demo_config("3x3", str(tmp_path / "run"), minutes=8, overrides=[])
+    config = demo.demo_config("3x3", str(tmp_path / "run"), steps=60, overrides=[])
     spec = config.validation_envs[0]
     records = demo.eval_level_records(config)
     baselines = compute_baselines(spec.id, records, dict(spec.options))
@@ -38,6 +38,14 @@ def test_default_recipe_evaluates_where_reading_the_map_beats_every_blind_route(
     assert (config.optim.lr, config.optim.lr_schedule, config.optim.lr_final) == (1e-4, "cosine", 0.1), \
         "the rate the recorded runs used"
     assert config.model_options.frozen_layers == 20, "the layers the recorded runs trained"
+
+
+@pytest.mark.parametrize("recipe", ["3x3", "2x2", "v1"])
+def test_the_demo_stops_after_its_steps_and_a_time_limit_is_only_added_when_asked(demo, tmp_path, recipe):
+    by_steps = demo.demo_config(recipe, str(tmp_path / "run"), steps=60, overrides=[])
+    assert (by_steps.steps, by_steps.max_minutes) == (60, 0.0), "the learning rate decays over the 60 steps"
+    capped = demo.demo_config(recipe, str(tmp_path / "run"), steps=60, overrides=["optim.lr=2e-5"], minutes=5)
+    assert (capped.steps, capped.max_minutes, capped.optim.lr) == (60, 5.0, 2e-5)
 
 
 def test_record_appends_runs_and_keeps_their_range(demo, tmp_path, monkeypatch):
