@@ -192,7 +192,8 @@ def summarize(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     summary: dict[str, Any] = {}
     for pattern in PATTERNS:
-        counted = [figure for figure in ("engine_steps", "engine_s", "outside_engine_s") if figure in rounds[0][pattern]]
+        counted = [figure for figure in ("engine_steps", "engine_s", "outside_engine_s")
+                   if figure in rounds[0][pattern]]
         summary[pattern] = {figure: spread([played[pattern][figure] for played in rounds])
                             for figure in ("tokens_per_s", "episodes_per_s", *counted)}
     for other in ("turn_synchronous", "replay"):
@@ -310,7 +311,7 @@ class Bench:
             llm.reset_prefix_cache()
 
     def measure(self, pattern: Pattern, round_index: int) -> dict[str, Any]:
-        """Play one pass of ``pattern``; its figures, with the engine steps it ran and the seconds in and out of them."""
+        """Play one pass of ``pattern``; its figures, with its engine steps and the seconds in and out of them."""
         self.clear_prefix_cache()
         engine = getattr(getattr(self.generator, "llm", None), "llm_engine", None)
         if engine is None:  # not a vLLM generator: nothing to count
@@ -409,8 +410,9 @@ def run_workload(generator: Any, tokenizer: Any, workload: Workload, rounds: int
                 figures = played[pattern]
                 print(f"[{workload.name}] round {round_index} {pattern}: {figures['generated_tokens']} tokens "
                       f"in {figures['seconds']:.1f} s = {figures['tokens_per_s']:.0f} tokens/s"
-                      + (f"; {figures['engine_steps']} engine steps, {figures['outside_engine_s']:.2f} s outside them"
-                         if "engine_steps" in figures else ""), flush=True)
+                      + (f"; {figures['engine_steps']} engine steps, "
+                         f"{figures['outside_engine_s']:.2f} s outside them" if "engine_steps" in figures else ""),
+                      flush=True)
             played["schedule_bound"] = bench.bound(played)
             if played["schedule_bound"]["bound"] is not None:
                 print(f"[{workload.name}] round {round_index}: no schedule of these episodes beats the "

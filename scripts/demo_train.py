@@ -1,4 +1,4 @@
-"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (about 8 minutes on a CPU), and print the change.
+"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (about 8 minutes on a CPU); print the change.
 
     python scripts/demo_train.py [--recipe 3x3|2x2|v1] [--output runs/demo] [--steps 60] [--minutes 0]
         [--record] [key=value ...]
@@ -108,8 +108,10 @@ def _lakes_3x3() -> list[str]:
     ]
 
 
-def demo_config(recipe: str, output: str, steps: int, overrides: list[str], minutes: float = 0.0) -> TrainConfig:
-    """The recipe, stopped after ``steps`` training steps, or after ``minutes`` of training if that comes first (0: no
+def demo_config(
+    recipe: str, output: str, steps: int, overrides: list[str], minutes: float = 0.0
+) -> TrainConfig:
+    """The recipe, stopped after ``steps`` training steps, or after ``minutes`` of training if sooner (0: no
     time limit); a decaying learning rate decays over whichever budget runs out first."""
     if recipe in ("3x3", "v1"):
         env_id = "llmgym/FrozenLake-v1"
