@@ -268,6 +268,7 @@ class EngineSteps:
 
     def __init__(self, engine: Any) -> None:
         self.engine, self.steps, self.seconds = engine, 0, 0.0
+        self._shadowed: Any = None
 
     def __enter__(self) -> Self:
         step = self.engine.step
@@ -279,11 +280,15 @@ class EngineSteps:
             finally:
                 self.steps, self.seconds = self.steps + 1, self.seconds + time.perf_counter() - started
 
+        self._shadowed = vars(self.engine).get("step")  # a step set on the object itself (another meter's)
         self.engine.step = timed_step
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        del self.engine.step  # the class's own method again
+        if self._shadowed is None:
+            del self.engine.step  # the class's own method again
+        else:
+            self.engine.step = self._shadowed
 
 
 @dataclass

@@ -255,6 +255,11 @@ def test_engine_steps_counts_and_times_every_step_of_a_pass_and_only_while_in_us
         while True:
             failing.step()
     assert counted.steps == 2 and "step" not in vars(failing), "a failed step counts, and the wrapper goes"
+    with EngineSteps(engine) as outer:
+        with EngineSteps(engine) as inner:
+            engine.step()
+        engine.step()
+    assert (outer.steps, inner.steps) == (2, 1) and "step" not in vars(engine), "meters nest"
 
 
 def test_the_summary_reports_each_patterns_engine_steps_and_its_time_outside_them() -> None:
