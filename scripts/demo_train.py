@@ -25,10 +25,10 @@ Beside before/after the demo prints what three agents score on the same eval lev
 best fixed move sequence played blind (exhaustive search), a random agent, and the optimal
 solver. A model that beats the blind route reads the map. Training stops after ``--steps``
 steps, or earlier after ``--minutes`` of wall time if given (the first evaluation is not
-counted). A step budget makes the run the same on a fast machine and a slow one: until
-2026-11-28 the demo trained for 8 minutes, and a fresh clone on a day the machine ran slower
-fitted 36 steps into them and ended level with the blind route, where 50-79 steps ended
-above it. Any config key can be overridden as ``key=value``.
+counted). A step budget gives the same steps and learning rates on a fast machine and a
+slow one (sampling still differs: vLLM on a CPU ignores per-request seeds). Until 2026-11-28
+the demo trained for 8 minutes, and a fresh clone on a day the machine ran slower fitted 36
+steps into them and ended level with the blind route, where 50-79 steps ended above it. Any config key can be overridden as ``key=value``.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=("3x3", "2x2", "v1"), default="3x3", help="what to train (see above)")
     parser.add_argument("--output", default="runs/demo", help="run folder")
-    parser.add_argument("--steps", type=int, default=60, help="training steps (about 8 s each on 2 CPU cores)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps (8-13 s each on 2 CPU cores)")
     parser.add_argument("--minutes", type=float, default=0.0,
                         help="stop training after this many minutes even if steps are left (0: no time limit)")
     parser.add_argument("--record", action="store_true",
