@@ -1,4 +1,4 @@
-"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (about 8 minutes on a CPU); print the change.
+"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (8.5-12.5 minutes on 2 cores); print the change.
 
     python scripts/demo_train.py [--recipe 3x3|2x2|v1] [--output runs/demo] [--steps 60] [--minutes 0]
         [--record] [key=value ...]
@@ -28,7 +28,8 @@ steps, or earlier after ``--minutes`` of wall time if given (the first evaluatio
 counted). A step budget gives the same steps and learning rates on a fast machine and a
 slow one (sampling still differs: vLLM on a CPU ignores per-request seeds). Until 2026-11-28
 the demo trained for 8 minutes, and a fresh clone on a day the machine ran slower fitted 36
-steps into them and ended level with the blind route, where 50-79 steps ended above it. Any config key can be overridden as ``key=value``.
+steps into them and ended level with the blind route, where 50-79 steps ended above it. Any
+config key can be overridden as ``key=value``.
 """
 
 from __future__ import annotations
