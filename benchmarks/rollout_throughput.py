@@ -60,7 +60,9 @@ Two workloads:
   loop waits and llmgym's rollout does not.
 
 Goals: ``llmgym`` at least 1.0x ``turn_synchronous`` on ``uniform``, 1.2x on ``varied``, and
-at least 0.9 of ``replay`` on both (generated tokens per second).
+at least 0.9 of ``replay`` on both (generated tokens per second). One run's ``goals_met`` reads
+its own median; :mod:`benchmarks.rollout_pool` pools the rounds of several runs and reads each
+goal against a 95% interval, which is what tells a tie from a loss on a noisy machine.
 
 How much a schedule can gain at all: every round also records :func:`schedule_bound` of its
 ``llmgym`` pass, the most any schedule of those episodes could gain over the turn-synchronous
