@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,6 @@ def played(llmgym_s: float, anchor_s: float, replay_s: float, tokens: int = 1000
 
 
 def run(rounds: list[dict[str, Any]], commit: str = "a" * 40, **settings: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
     workload = {**asdict(WORKLOADS["uniform"]), **settings}
     return {"path": Path(f"/results/{commit[:7]}.json"), "commit": commit, "dirty": False, "date": "2026-11-29",
             "load_average": {"start": [0.1], "end": [3.0]},
