@@ -94,6 +94,8 @@ from typing import Any
 from benchmarks.baselines import compute_baselines, eval_records
 from benchmarks.common import RESULTS_DIR, provenance, write_result
 from llmgym.error import InvalidOptionError, did_you_mean
+from llmgym.eval_sets import EVAL_SET_VERSION
+from llmgym_train.planner import eval_levels_trained_on
 
 MODEL = "smollm2-135m"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +104,7 @@ EVAL_LEVELS = 64
 #: Figures with one value per seed, kept as lists in seed order (``seeds`` is the key).
 PER_SEED_KEYS = (
     "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
-    "steps", "completed",
+    "steps", "completed", "eval_levels_trained_on", "teacher",
     "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
     "output", "run_provenance", "config",
 )
@@ -123,6 +125,8 @@ class Preset:
     train_envs: tuple[dict[str, Any], ...]
     eval_options: dict[str, Any]
     overrides: tuple[str, ...] = field(default=())
+    #: What shaped the loss besides the env's rewards: ``"solver"`` (the exact solver's best moves), or None.
+    teacher: str | None = None
 
 
 _COMMON = (
@@ -143,12 +147,16 @@ _COMMON = (
 #: their updates a forward more per step. Their recorded seeds ran without it.
 _SHORT_CONTEXT = "model_options.gradient_checkpointing=false"
 
+#: The curricula's small lakes (2x2: three maps, 3x3: 51) are never evaluated on: none of their own
+#: eval-seed levels are held out (the 4x4 lakes hold out the frozen eval set, as every env does).
+_UNEVALUATED = {2: {"held_out_levels": 0}, 3: {"held_out_levels": 0}}
+
 PRESETS: dict[str, Preset] = {
     "frozenlake": Preset(
         family="FrozenLake",
         train_envs=tuple(
             {"name": f"lake-{size}x{size}", "n_groups": 2,
-             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
+             "options": {"size": size, "max_turns": turns, "action_parser": "lenient", **_UNEVALUATED.get(size, {})}}
             for size, turns in ((2, 4), (3, 7), (4, 10))
         ),
         eval_options={"max_turns": 10, "action_parser": "lenient"},
@@ -158,7 +166,7 @@ PRESETS: dict[str, Preset] = {
         family="FrozenLake",
         train_envs=tuple(
             {"name": f"lake-{size}x{size}", "n_groups": groups,
-             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
+             "options": {"size": size, "max_turns": turns, "action_parser": "lenient", **_UNEVALUATED.get(size, {})}}
             for size, groups, turns in ((2, 1, 4), (3, 2, 7), (4, 3, 10))
         ),
         eval_options={"max_turns": 10, "action_parser": "lenient"},
@@ -186,6 +194,7 @@ PRESETS: dict[str, Preset] = {
             "eval.every=20", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "optim.warmup_steps=5",
             "update.micro_batch_tokens=6144", _SHORT_CONTEXT,
         ),
+        teacher="solver",
     ),
     "sokoban": Preset(
         family="Sokoban",
@@ -334,7 +343,8 @@ def with_baselines(document: dict[str, Any] | None, env_id: str, records: list[d
         print(f"baselines on {len(records)} {env_id} levels in {time.perf_counter() - started:.1f} s: "
               + ", ".join(f"{name} {100 * value['success']:.1f}%" for name, value in baselines.items()))
         old = {**baselines, "eval_options": eval_options, "commit": provenance()["commit"]}
-    document.update(env_id=env_id, eval_levels=levels, eval_options=eval_options, baselines=old)
+    document.update(env_id=env_id, eval_levels=levels, eval_options=eval_options, baselines=old,
+                    eval_set_version=EVAL_SET_VERSION)
     return document
 
 
@@ -353,6 +363,8 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         summary = trainer.train()
     minutes = (time.perf_counter() - started) / 60
     load_end = os.getloadavg()
+    trained_on = eval_levels_trained_on(config.train_envs, config.rollout.group_size, config.seed, summary.step,
+                                        config.validation_envs, config.eval.levels, config.eval.use_eval_set)
     output = Path(config.output)
     lines = (output / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
@@ -370,6 +382,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "minutes_budget": config.max_minutes,
         "steps": summary.step,
         "completed": summary.completed,
+        "eval_levels_trained_on": trained_on.get(label),
         "stop_reason": summary.stop_reason,
         "eval_curve": [[r["step"], r[key]] for r in records if r["kind"] == "eval" and key in r],
         "train_success": [[r["step"], r.get("success_rate")] for r in records if r["kind"] == "train"],
@@ -421,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
             write_result(result_name(args.env), document, results_dir)
         run = train_seed(config, args.env, spec.label, results_dir)
         run["preset"] = preset_name
+        run["teacher"] = preset.teacher
         # Reread: another seed may have been merged while this one trained.
         document = merge_seed(load_document(path) or document, args.seed, run)
     print(f"wrote {write_result(result_name(args.env), document, results_dir)}")

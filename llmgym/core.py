@@ -13,7 +13,9 @@ task:
 * keeping observations inside the declared :class:`gymnasium.spaces.Text` space;
 * rejecting unknown constructor options with a suggestion;
 * snapshots: ``get_state()`` / ``set_state(state)`` and ``state_key()``, also reported as
-  ``info["state_key"]`` at reset and at every step (see :class:`EnvState`).
+  ``info["state_key"]`` at reset and at every step (see :class:`EnvState`);
+* the train/test split (:mod:`llmgym.splits`): under ``split="train"`` a level drawn from a seed
+  is never one of the env's eval levels, compared by content.
 
 A subclass implements ``_reset_task``, ``_apply`` and ``_observe`` (see their docstrings), and
 for snapshots ``_task_state`` and ``_restore_task`` (and ``_state_key`` where ``_observe`` is
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, SupportsFloat, TypeVar
@@ -38,9 +41,11 @@ from llmgym.error import (
     ResetNeeded,
     SnapshotMismatch,
     SnapshotNotSupported,
+    TrainOnTestWarning,
     UnknownOptionError,
     did_you_mean,
 )
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import (
     NAMED_PARSERS,
     ActionParser,
@@ -56,6 +61,7 @@ from llmgym.spaces import (  # noqa: F401 - CHARSET and the length bounds are re
     text_space,
     to_charset,
 )
+from llmgym.splits import MAX_REDRAWS, LevelSpace, Split, check_split, held_out_keys, level_key
 
 
 class Outcome:
@@ -192,6 +198,13 @@ class TextEnv(gym.Env[str, str]):
             ``"answer"`` (the default, :func:`llmgym.parsing.extract_answer`), ``"boxed"``,
             ``"answer_or_boxed"``, or ``"lenient"`` (the answer tag, else the last of the env's
             ``action_names`` in the text; for envs with named actions).
+        split: ``"train"`` (default): a level drawn from a seed is never one of the env's eval
+            levels (compared by content, see :mod:`llmgym.splits`); eval levels are played through
+            ``reset(options={"level": ...})``. ``"all"``: no split, as eval-set version 1 drew
+            (warns, and reset ``info["split"]`` says so).
+        held_out_levels: for a level space without a frozen eval set (options such as ``size=3``),
+            how many of its distinct eval-seed levels ``split="train"`` holds out; 0 for a space
+            never evaluated on. A space with a frozen eval set always holds out that set.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -199,6 +212,8 @@ class TextEnv(gym.Env[str, str]):
     reset_options: ClassVar[frozenset[str]] = frozenset({"level"})
     #: Said in the feedback when no action could be parsed from the completion.
     format_hint: ClassVar[str] = "Put your action inside <answer>...</answer>."
+    #: Constructor options that change which level a seed yields (see :meth:`level_space`).
+    level_options: ClassVar[tuple[str, ...]] = ()
 
     observation_space: spaces.Text
     action_space: spaces.Text
@@ -216,7 +231,16 @@ class TextEnv(gym.Env[str, str]):
         max_invalid_actions: int | None = None,
         max_turns: int | None = None,
         action_parser: ActionParser | str | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
+        check_split(split, held_out_levels)
+        if split == "all":
+            warnings.warn(
+                f"{type(self).__name__} made with split='all': levels drawn from seeds may be eval levels "
+                "(reset info['split'] says 'all'). Train with the default split='train'.",
+                TrainOnTestWarning, stacklevel=3,
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}."
@@ -230,6 +254,9 @@ class TextEnv(gym.Env[str, str]):
         self.max_invalid_actions = max_invalid_actions
         self.max_turns = max_turns
         self.action_parser: ActionParser = self._resolve_parser(action_parser)
+        self.split = split
+        self.held_out_levels = held_out_levels
+        self._held_out: frozenset[str] | None = None  # keys of the eval levels, read at the first drawn level
         self.observation_space = text_space(MAX_OBSERVATION_LENGTH)
         self.action_space = text_space(MAX_ACTION_LENGTH)
         self._turn = 0
@@ -288,6 +315,36 @@ class TextEnv(gym.Env[str, str]):
         """
         return self._observe()
 
+    def split_key(self) -> str:
+        """The content key by which the split compares the level of the last reset (:func:`llmgym.splits.level_key`)."""
+        if not self._started:
+            raise ResetNeeded(f"{type(self).__name__}.split_key was called before reset(); call env.reset() first.")
+        return level_key(self._split_level())
+
+    def _split_level(self) -> Any:
+        """The drawn level as the split compares it: the level as eval sets store it (``level()``).
+
+        Override where a drawn episode starts elsewhere than its level (Sokoban's ``start="solution"``
+        compares the room it was taken from).
+        """
+        return self.level()
+
+    def _eval_spaces(self) -> list[LevelSpace]:
+        """The level spaces whose eval levels ``split="train"`` holds out of this env's draws."""
+        space = self.level_space()
+        return [] if space is None else [space]
+
+    def level_space(self) -> LevelSpace | None:
+        """What decides the level a seed yields: the class and its :attr:`level_options` values.
+
+        ``None`` where the levels have no space that eval sets could name (a problem source
+        passed in as an object).
+        """
+        if type(self).level is TextEnv.level:
+            return None
+        options = {name: getattr(self, name) for name in self.level_options}
+        return LevelSpace.of(_class_name(type(self)), options)
+
     # Optional, for eval sets, gold tests and the optimal agent:
     def level(self) -> Any:
         """The current episode's starting level, JSON-serializable, as ``reset(options={"level": ...})`` takes it."""
@@ -320,6 +377,9 @@ class TextEnv(gym.Env[str, str]):
         self._ended = False
         self._success = False
         observation, info = self._reset_task(options)
+        if "level" not in options and self.split == "train":
+            observation, info = self._redraw_held_out(observation, info, options)
+        info["split"] = self.split
         info["system_prompt"] = self.system_prompt
         info["state_key"] = self._state_key()
         self._observation = observation = to_charset(observation)
@@ -474,6 +534,27 @@ class TextEnv(gym.Env[str, str]):
             "state_key": self._state_key(),
         }
         return "The episode is over; call reset() to start a new one.", 0.0, True, False, info
+
+    def _redraw_held_out(
+        self, observation: str, info: dict[str, Any], options: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """Draw again from ``np_random`` while the drawn level is a held-out eval level."""
+        held_out = self._held_out
+        if held_out is None:
+            held_out = self._held_out = frozenset().union(
+                *(held_out_keys(space, self.held_out_levels) for space in self._eval_spaces())
+            )
+        if not held_out:
+            return observation, info
+        for _ in range(MAX_REDRAWS):
+            if level_key(self._split_level()) not in held_out:
+                return observation, info
+            observation, info = self._reset_task(options)
+        raise InvalidOptionError(
+            f"{type(self).__name__} drew {MAX_REDRAWS} held-out eval levels in a row: its level space "
+            f"{self.level_space()} has (almost) no levels left for training. Hold out fewer "
+            "(held_out_levels=k), or make the space larger."
+        )
 
     def _draw_level_seed(self) -> int:
         """A seed for a level generator, drawn from ``self.np_random``.

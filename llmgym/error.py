@@ -47,6 +47,10 @@ class UnsafeSandboxWarning(UserWarning):
     """Code will run without isolation, because ``isolation="none"`` was asked for."""
 
 
+class TrainOnTestWarning(UserWarning):
+    """An env was made with ``split="all"``: levels drawn from seeds may be its eval levels."""
+
+
 class ResetNeeded(Error, RuntimeError):
     """``step`` was called on an episode that has ended, or before the first ``reset``."""
 

@@ -23,6 +23,8 @@ class EnvEntry:
     name: str
     entry_point: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Levels in the id's frozen eval set (fewer than 200 where the level space is small).
+    eval_set_size: int = 200
 
     @property
     def id(self) -> str:
@@ -68,7 +70,8 @@ ENTRIES: list[EnvEntry] = [
     EnvEntry("Math-Easy-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "easy"}),
     EnvEntry("Math-Hard-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "hard"}),
     EnvEntry("MathMultiTurn-v0", "llmgym.envs.math.env:MathEnv", {"difficulty": "medium", "max_attempts": 3}),
-    EnvEntry("MathDataset-v0", "llmgym.envs.math.dataset:MathDatasetEnv"),
+    # Half of the bundled dataset's 52 problems: the other half is what training draws.
+    EnvEntry("MathDataset-v0", "llmgym.envs.math.dataset:MathDatasetEnv", eval_set_size=26),
     # --- tool use
     EnvEntry("ToolUse-v0", "llmgym.envs.tool_use.env:ToolUseEnv", {"task": "mixed"}),
     EnvEntry("ToolUse-Calculator-v0", "llmgym.envs.tool_use.env:ToolUseEnv", {"task": "calculator"}),

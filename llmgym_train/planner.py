@@ -10,6 +10,8 @@ Training, the trainer's evaluations and the benchmarks all plan here:
   each episode its own group.
 * :func:`eval_set_levels`: those levels with what the eval set says of them (position, optimal
   steps, difficulty): what the leaderboard's agents play, whether or not they are LLMs.
+* :func:`eval_levels_trained_on`: how many of a run's eval levels its training draws held,
+  compared by content (0 under the train/test split, :mod:`llmgym.splits`).
 * :func:`sampling_seed` and :func:`update_seed`: the step's other seeds, from streams of the
   same :func:`step_seeds` that no mixture reaches (:data:`SAMPLING_STREAM`, :data:`UPDATE_STREAM`).
 
@@ -29,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmgym.error import InvalidOptionError, did_you_mean
-from llmgym.eval_sets import EVAL_SEED_BASE, has_eval_set, load_eval_set
+from llmgym.eval_sets import has_eval_set, load_eval_set
+from llmgym.splits import distinct_levels, level_key
 
 if TYPE_CHECKING:
     from llmgym_train.episode import EpisodeStart
@@ -194,25 +197,54 @@ class EvalLevel:
                    None if difficulty is None else str(difficulty))
 
 
-def eval_set_levels(env_id: str, count: int | None = None, use_eval_set: bool = True) -> list[EvalLevel]:
+def eval_set_levels(
+    env_id: str, count: int | None = None, use_eval_set: bool = True, options: dict[str, Any] | None = None
+) -> list[EvalLevel]:
     """The first ``count`` eval levels of ``env_id`` (``None``: the whole eval set), in the set's order.
 
     An env without a frozen eval set (a user's own env), or one whose options change its
-    levels (``use_eval_set=False``), is evaluated on the eval seeds ``EVAL_SEED_BASE + i``.
+    levels (``use_eval_set=False``), is evaluated on the first ``count`` distinct levels that the
+    eval seeds ``EVAL_SEED_BASE + i`` give it under ``options``: the levels that ``split="train"``
+    holds out of its training draws (with ``held_out_levels >= count``). An env that cannot
+    name its levels (no ``level()``) plays the eval seeds themselves.
     """
     if not use_eval_set or not has_eval_set(env_id):
         if count is None:
             raise InvalidOptionError(
                 f"{env_id} is evaluated on seeds, not on a frozen eval set; say how many levels (count=...)."
             )
-        return [EvalLevel(index, EVAL_SEED_BASE + index) for index in range(count)]
+        return _seed_levels(env_id, count, options or {})
     records = load_eval_set(env_id)
     return [EvalLevel.from_record(record) for record in (records if count is None else records[:count])]
 
 
-def eval_levels(env_id: str, count: int, use_eval_set: bool = True) -> list[tuple[int, dict[str, Any] | None]]:
+def _seed_levels(env_id: str, count: int, options: dict[str, Any]) -> list[EvalLevel]:
+    import gymnasium as gym
+
+    from llmgym.core import TextEnv
+    from llmgym.eval_sets import EVAL_SEED_BASE
+
+    env = gym.make(env_id, **options).unwrapped
+    try:
+        if not isinstance(env, TextEnv) or type(env).level is TextEnv.level:
+            return [EvalLevel(index, EVAL_SEED_BASE + index) for index in range(count)]
+        env.split = "all"  # the eval levels themselves: what the seeds give, held-out or not
+        records = list(distinct_levels(env, count))
+    finally:
+        env.close()
+    if len(records) < count:
+        raise InvalidOptionError(
+            f"{env_id} with options {options} gave only {len(records)} distinct levels from its eval seeds; "
+            f"evaluate on at most {len(records)} (eval.levels)."
+        )
+    return [EvalLevel.from_record(record) for record in records]
+
+
+def eval_levels(
+    env_id: str, count: int, use_eval_set: bool = True, options: dict[str, Any] | None = None
+) -> list[tuple[int, dict[str, Any] | None]]:
     """``(seed, reset options)`` of the first ``count`` eval levels of ``env_id`` (:func:`eval_set_levels`)."""
-    return [(level.seed, level.options) for level in eval_set_levels(env_id, count, use_eval_set)]
+    return [(level.seed, level.options) for level in eval_set_levels(env_id, count, use_eval_set, options)]
 
 
 def plan_eval(envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True, samples: int = 1) -> EpisodePlan:
@@ -231,7 +263,7 @@ def plan_eval(envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True, s
     labels: list[str] = []
     group = 0
     for spec in envs:
-        for level in eval_set_levels(spec.id, levels, use_eval_set):
+        for level in eval_set_levels(spec.id, levels, use_eval_set, spec.options):
             for _ in range(samples):
                 start = EpisodeStart(len(starts), spec.id, level.seed, group, dict(spec.options), level.options)
                 starts.append(start)
@@ -240,7 +272,44 @@ def plan_eval(envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True, s
     return EpisodePlan(starts, labels)
 
 
+def eval_levels_trained_on(
+    train_envs: Sequence[EnvSpec], group_size: int, seed: int, steps: int,
+    eval_envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True,
+) -> dict[str, int]:
+    """How many of each eval env's first ``levels`` eval levels the first ``steps`` training steps drew.
+
+    Re-plays the run's own draws (:func:`plan_groups` at every step; one reset per group, as
+    the group's members share the level) and compares levels by content
+    (:func:`llmgym.splits.level_key` of what each env draws, Sokoban's room for
+    ``start="solution"``). Under the split every count is 0. Keys: the eval envs' labels.
+    """
+    import gymnasium as gym
+
+    from llmgym.core import TextEnv
+
+    drawn: set[str] = set()
+    envs = {index: gym.make(spec.id, **spec.options).unwrapped for index, spec in enumerate(train_envs)}
+    labels = {spec.label: index for index, spec in enumerate(train_envs)}
+    try:
+        for step in range(steps):
+            plan = plan_groups(train_envs, 1, seed, step)
+            for start, label in zip(plan.starts, plan.labels, strict=True):
+                env = envs[labels[label]]
+                if isinstance(env, TextEnv) and type(env).level is not TextEnv.level:
+                    env.reset(seed=start.seed, options=start.reset_options)
+                    drawn.add(env.split_key())
+    finally:
+        for env in envs.values():
+            env.close()
+    counts = {}
+    for spec in eval_envs:
+        keys = {level_key(level.options["level"]) for level in eval_set_levels(spec.id, levels, use_eval_set,
+                                                                                 spec.options) if level.options}
+        counts[spec.label] = len(keys & drawn)
+    return counts
+
+
 __all__ = [
-    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "eval_levels",
+    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "eval_levels", "eval_levels_trained_on",
     "eval_set_levels", "group_episodes", "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
 ]

@@ -1,24 +1,22 @@
 """Train the embedded SmolLM2-135M on FrozenLake for 60 steps (8.5-15 minutes on 2 cores); print the change.
 
-    python scripts/demo_train.py [--recipe 3x3|2x2|v1] [--output runs/demo] [--steps 60] [--minutes 0]
+    python scripts/demo_train.py [--recipe 3x3|v1] [--output runs/demo] [--steps 60] [--minutes 0]
         [--record] [key=value ...]
 
-Three recipes, all ``llmgym-train`` with GRPO and vLLM generation:
+Two recipes, both ``llmgym-train`` with GRPO and vLLM generation:
 
 * ``3x3`` (default): the learning-curve benchmark's ``frozenlake-v1`` recipe
   (:mod:`benchmarks.learning_curve`: ``llmgym/FrozenLake-v1``, one token per cell and the
   player's coordinates, the ``markov`` agent, a choice among the four moves at temperature 2,
   GiGPO-style step advantages) on 3x3 lakes with holes on 35% of cells (and one group of 2x2
-  lakes), evaluated on 32 eval seeds of the same lakes. A 3x3 lake has many maps, and the best
-  fixed route played blind scores 46.9% on these levels: beating it takes reading the map.
-* ``2x2``: ``llmgym/FrozenLake-v0`` on 2x2 lakes, evaluated on 32 eval seeds of
-  2x2 lakes. One move a turn in at most 6 new tokens, read by the lenient parser (the base
-  model rarely writes the answer tag). Learns in minutes, but a 2x2 lake has at most three
-  maps: a fixed route scores well there too (printed beside).
+  lakes), evaluated on the 24 distinct lakes that the first eval seeds give. These 3x3 lakes
+  come in 51 maps: the 24 eval lakes are held out of training (``held_out_levels=24``), so the
+  model trains on the other 27 and is scored on lakes it never played. Beside it the demo
+  prints the best fixed route played blind on the same lakes: beating it takes reading the map.
 * ``v1``: the learning-curve benchmark's ``frozenlake-v1`` recipe (:mod:`benchmarks.learning_curve`):
   ``llmgym/FrozenLake-v1`` (one token per cell, the player's coordinates), the ``markov``
   agent, GiGPO-style step advantages, 3x3 and 4x4 lakes, evaluated on the first 32 levels of
-  the frozen 4x4 eval set, where the best fixed route scores 43.8%. On a 2-core CPU a step
+  the frozen 4x4 eval set (held out of training). On a 2-core CPU a step
   takes minutes: bound the run with ``--minutes`` (10 minutes show only its first steps).
 
 Beside before/after the demo prints what three agents score on the same eval levels: the
@@ -48,28 +46,14 @@ from benchmarks.baselines import compute_baselines  # noqa: E402
 from benchmarks.common import RESULTS_DIR, write_result  # noqa: E402
 from benchmarks.learning_curve import config_overrides, preset_for  # noqa: E402
 from llmgym.error import Error  # noqa: E402
+from llmgym.eval_sets import EVAL_SET_VERSION  # noqa: E402
 from llmgym_train.config import TrainConfig, load_config  # noqa: E402
 from llmgym_train.eval.results import provenance  # noqa: E402
 
 EVAL_LEVELS = 32
-LAKE_2X2 = [
-    "algo=grpo",
-    "model=smollm2-135m",
-    # Four groups a step and a moderate learning rate: with two groups and lr 1e-4 the policy
-    # sometimes settled on a valid move that never reaches the goal (e.g. always Down) before
-    # any group had a success, and then no group had reward variance left to learn from.
-    "train_envs=[{id: llmgym/FrozenLake-v0, n_groups: 4, options: {size: 2, max_turns: 3, action_parser: lenient}}]",
-    "rollout.backend=vllm",
-    "rollout.group_size=8",
-    # Six tokens hold one move. With longer turns the model rambles and the move it names last
-    # is close to random: sampled success then rises while the greedy answer never settles.
-    "rollout.max_new_tokens=6",
-    "rollout.max_model_len=512",
-    "optim.lr=5e-5",
-    "optim.micro_batch_size=8",
-    "eval.use_eval_set=false",
-    "steps=1000",
-]
+#: The ``3x3`` recipe's eval lakes: distinct, and held out of its training draws. A 3x3 lake at 35%
+#: holes has 51 maps; holding out 24 leaves 27 (47% of draws) to train on, 32 would leave 19 (25%).
+EVAL_LAKES_3X3 = 24
 
 
 #: The ``3x3`` recipe's lakes: holes on 35% of cells, where the best blind route scores 46.9% on the
@@ -96,8 +80,9 @@ def _lakes_3x3() -> list[str]:
     success and ended at 0% greedy after such a step (``recipe_trials/demo-fresh-clone-4ca6f42``,
     step 39).
     """
-    lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1}
-    lake_3x3 = {**LAKE_3X3, "bump_penalty": -0.1}
+    # 2x2 lakes (three maps) are never evaluated on: nothing of them is held out.
+    lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1, "held_out_levels": 0}
+    lake_3x3 = {**LAKE_3X3, "bump_penalty": -0.1, "held_out_levels": EVAL_LAKES_3X3}
     train = [
         {"id": "llmgym/FrozenLake-v1", "name": "lake-2x2", "n_groups": 1, "options": lake_2x2},
         {"id": "llmgym/FrozenLake-v1", "name": "lake-3x3", "n_groups": 3, "options": lake_3x3},
@@ -105,6 +90,7 @@ def _lakes_3x3() -> list[str]:
     evaluation = [{"id": "llmgym/FrozenLake-v1", "name": "lake-3x3", "options": LAKE_3X3}]
     return [
         f"train_envs={json.dumps(train)}", f"eval_envs={json.dumps(evaluation)}", "eval.use_eval_set=false",
+        f"eval.levels={EVAL_LAKES_3X3}",
         "optim.lr=1e-4", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "model_options.frozen_layers=20",
     ]
 
@@ -114,16 +100,13 @@ def demo_config(
 ) -> TrainConfig:
     """The recipe, stopped after ``steps`` training steps, or after ``minutes`` of training if sooner (0: no
     time limit); a decaying learning rate decays over whichever budget runs out first."""
-    if recipe in ("3x3", "v1"):
-        env_id = "llmgym/FrozenLake-v1"
-        _, preset = preset_for(env_id, None)
-        base = config_overrides(env_id, preset, seed=0, minutes=minutes, output=output)
-        if recipe == "3x3":
-            base += _lakes_3x3()
-    else:
-        base = [*LAKE_2X2, f"output={output}"]
+    env_id = "llmgym/FrozenLake-v1"
+    _, preset = preset_for(env_id, None)
+    base = [*config_overrides(env_id, preset, seed=0, minutes=minutes, output=output), f"eval.levels={EVAL_LEVELS}"]
+    if recipe == "3x3":
+        base += _lakes_3x3()
     return load_config(overrides=[
-        *base, f"steps={steps}", f"max_minutes={minutes}", f"eval.levels={EVAL_LEVELS}", "eval.every=0",
+        *base, f"steps={steps}", f"max_minutes={minutes}", "eval.every=0",
         "checkpoint_every=0", "progress=true", *overrides,
     ])
 
@@ -136,7 +119,7 @@ def eval_level_records(config: TrainConfig) -> list[dict]:
 
     spec = config.validation_envs[0]
     records = []
-    for seed, options in eval_levels(spec.id, config.eval.levels, config.eval.use_eval_set):
+    for seed, options in eval_levels(spec.id, config.eval.levels, config.eval.use_eval_set, spec.options):
         if options is None:
             env = gym.make(spec.id, **spec.options)
             env.reset(seed=seed)
@@ -145,9 +128,18 @@ def eval_level_records(config: TrainConfig) -> list[dict]:
     return records
 
 
+def trained_eval_levels(config: TrainConfig, steps: int) -> int:
+    """How many of the demo's eval lakes its ``steps`` training steps drew, compared by content (0 under the split)."""
+    from llmgym_train.planner import eval_levels_trained_on
+
+    counts = eval_levels_trained_on(config.train_envs, config.rollout.group_size, config.seed, steps,
+                                    config.validation_envs, config.eval.levels, config.eval.use_eval_set)
+    return sum(counts.values())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", choices=("3x3", "2x2", "v1"), default="3x3", help="what to train (see above)")
+    parser.add_argument("--recipe", choices=("3x3", "v1"), default="3x3", help="what to train (see above)")
     parser.add_argument("--output", default="runs/demo", help="run folder")
     parser.add_argument("--steps", type=int, default=60, help="training steps (8-13 s each on 2 CPU cores)")
     parser.add_argument("--minutes", type=float, default=0.0,
@@ -172,6 +164,7 @@ def main() -> int:
     with Trainer(config) as trainer:
         summary = trainer.train()
     minutes = (time.perf_counter() - started) / 60
+    trained_on = trained_eval_levels(config, summary.step)
     before, after = summary.eval_before.get(spec.label), summary.eval_after.get(spec.label)
     blind = baselines["blind_route"]
     rows = [
@@ -184,13 +177,15 @@ def main() -> int:
     print(f"\nGreedy success on the {config.eval.levels} eval levels of {spec.label}:")
     for name, value in rows:
         print(f"  {name:<48} {'-' if value is None else format(value, '.1%')}")
+    print(f"  eval levels drawn in training: {trained_on} (held out by the train/test split)")
     print(f"Run folder: {summary.output} (learning curve: {summary.curve}; logs: run.log)  [{minutes:.1f} minutes]")
     if args.record:
         stamp = provenance()
         run = {
             "eval_success_before": before, "eval_success_after": after, "steps": summary.step,
             "minutes": round(minutes, 2), "steps_budget": config.steps, "minutes_budget": config.max_minutes,
-            "eval_levels": config.eval.levels,
+            "eval_levels": config.eval.levels, "eval_levels_trained_on": trained_on,
+            "eval_set_version": EVAL_SET_VERSION, "teacher": None,
             "eval_env": spec.label, "eval_options": dict(spec.options), "overrides": args.overrides,
             "train_envs": [{"name": env.name, "n_groups": env.n_groups, "options": env.options}
                            for env in config.train_envs],

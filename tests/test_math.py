@@ -205,12 +205,18 @@ def test_dataset_rows_are_sampled_by_seed(tmp_path):
     rows = [{"question": f"What is {n} + {n}?", "answer": f"{n} + {n} = {2 * n}\n#### {2 * n}"}
             for n in range(20)]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    env = MathDatasetEnv(dataset_path=path)
+    # A dataset of your own has no frozen eval set: the split holds out its first 5 eval-seed problems.
+    env = MathDatasetEnv(dataset_path=path, held_out_levels=5)
     observation, info = env.reset(seed=3)
     assert observation.startswith(rows[info["level_id"]]["question"])
     assert env.solution() == [str(2 * info["level_id"])]
-    assert MathDatasetEnv(dataset_path=path).reset(seed=3) == (observation, info)
-    assert len({env.reset(seed=seed)[1]["level_id"] for seed in range(40)}) > 5
+    assert MathDatasetEnv(dataset_path=path, held_out_levels=5).reset(seed=3) == (observation, info)
+    drawn = {env.reset(seed=seed)[1]["level_id"] for seed in range(400)}
+    held_out = {env.reset(options={"level": record["level"]})[0] for record in _eval_seed_records(path, 5)}
+    assert len(drawn) == 15, "every problem but the 5 held out"
+    assert not held_out & {env.reset(seed=seed)[0] for seed in range(400)}
+    with pytest.raises(InvalidOptionError, match="held_out_levels=0 for a space you never evaluate on"):
+        MathDatasetEnv(dataset_path=path).reset(seed=0)  # 200 held out of 20 rows
 
 
 def test_parquet_datasets_load(tmp_path):
@@ -252,3 +258,9 @@ def test_math_envs_import_without_sympy_or_math_verify():
             "print(sorted(m for m in ('sympy', 'math_verify') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _eval_seed_records(path, count):
+    from llmgym.splits import distinct_levels, make_unsplit
+
+    return list(distinct_levels(make_unsplit(MathDatasetEnv, dataset_path=path), count))

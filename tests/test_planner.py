@@ -46,7 +46,9 @@ def test_evaluation_plays_the_frozen_levels_each_its_own_group() -> None:
     assert plan.starts[0].reset_options == {"level": ["SFFF", "FHFH", "FFFF", "FFFG"]}
     assert plan.starts[3].reset_options["level"]["question"] == "Solve for x: 5x + 12 = -3x - 20. Give the exact value of x."
     assert plan.labels == ["llmgym/FrozenLake-v0"] * 2 + ["m"] * 2
-    seeds_only = plan_eval([EnvSpec("llmgym/FrozenLake-v0", options={"max_turns": 3})], 2, use_eval_set=False)
-    assert [(s.seed, s.reset_options, s.env_kwargs) for s in seeds_only.starts] == [
-        (1000000, None, {"max_turns": 3}), (1000001, None, {"max_turns": 3})
-    ]
+    # Without the frozen set: the first distinct levels the eval seeds give under the env's options.
+    seeds_only = plan_eval([EnvSpec("llmgym/FrozenLake-v0", options={"size": 3})], 3, use_eval_set=False)
+    levels = [s.reset_options["level"] for s in seeds_only.starts]
+    assert len({tuple(level) for level in levels}) == 3 and all(len(level) == 3 for level in levels)
+    assert [s.seed for s in seeds_only.starts][0] == 1000000
+    assert all(s.seed >= 1000000 and s.env_kwargs == {"size": 3} for s in seeds_only.starts)

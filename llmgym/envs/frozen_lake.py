@@ -9,7 +9,9 @@ import numpy as np
 
 from llmgym.core import Outcome, TextEnv, level_rng
 from llmgym.error import InvalidOptionError, LevelFormatError
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import ActionParser
+from llmgym.splits import Split
 
 ACTIONS = ("Left", "Down", "Right", "Up")
 _DELTAS = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
@@ -87,6 +89,7 @@ class FrozenLakeEnv(TextEnv):
 
     action_names = ACTIONS
     format_hint = "Put one action (Left, Down, Right or Up) inside <answer>...</answer>."
+    level_options = ("size", "frozen_probability")
 
     def __init__(
         self,
@@ -103,6 +106,8 @@ class FrozenLakeEnv(TextEnv):
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
         action_parser: ActionParser | str | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
         if grid not in ("compact", "spaced"):
             raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')
@@ -120,6 +125,8 @@ class FrozenLakeEnv(TextEnv):
             max_invalid_actions=max_invalid_actions,
             max_turns=4 * size if max_turns is None else max_turns,
             action_parser=action_parser,
+            split=split,
+            held_out_levels=held_out_levels,
         )
         self.size = size
         self.frozen_probability = frozen_probability

@@ -25,9 +25,11 @@ from llmgym.core import (
     to_charset,
 )
 from llmgym.error import InvalidOptionError, LevelFormatError, did_you_mean
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.multiagent.spaces import MoveText
 from llmgym.multiagent.state import game_state, require_stateless, restore_game
 from llmgym.parsing import ActionParser, extract_answer
+from llmgym.splits import Split
 
 Move = Literal["cooperate", "defect"]
 MOVES: tuple[Move, Move] = ("cooperate", "defect")
@@ -357,6 +359,8 @@ class PrisonersDilemmaVersusEnv(TextEnv):
         max_turns: int | None = None,
         render_mode: str | None = None,
         action_parser: ActionParser | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
         if not callable(opponent) and opponent not in STRATEGIES:
             raise InvalidOptionError(
@@ -369,6 +373,8 @@ class PrisonersDilemmaVersusEnv(TextEnv):
             max_invalid_actions=max_invalid_actions,
             max_turns=max_turns,
             action_parser=action_parser,
+            split=split,
+            held_out_levels=held_out_levels,
         )
         # Moves reach the game already parsed; the agent's invalid actions never reach it.
         self.game = PrisonersDilemmaEnv(num_rounds=num_rounds, invalid_penalty=invalid_penalty,

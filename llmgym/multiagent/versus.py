@@ -6,10 +6,12 @@ from typing import Any, Literal, SupportsFloat
 
 from llmgym.core import Outcome, TextEnv, level_rng, restore_rng, rng_state
 from llmgym.error import InvalidOptionError, LevelFormatError
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.multiagent.board_env import LOSS_REWARD, BoardGameEnv, ConnectFourEnv, TicTacToeEnv
 from llmgym.multiagent.opponents import MinimaxOpponent, Opponent, OpponentName, make_opponent, random_opponent
 from llmgym.multiagent.state import require_stateless
 from llmgym.parsing import ActionParser
+from llmgym.splits import LevelSpace, Split
 
 GameName = Literal["TicTacToe", "ConnectFour"]
 Seat = Literal["player_0", "player_1"]
@@ -88,6 +90,8 @@ class VersusEnv(TextEnv):
         max_turns: int | None = None,
         render_mode: str | None = None,
         action_parser: ActionParser | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
         if game not in _GAMES:
             raise InvalidOptionError(f"game must be one of {sorted(_GAMES)}, got {game!r}.")
@@ -103,6 +107,8 @@ class VersusEnv(TextEnv):
             max_invalid_actions=max_invalid_actions,
             max_turns=max_turns,
             action_parser=action_parser,
+            split=split,
+            held_out_levels=held_out_levels,
         )
         # The opponent's invalid completions are judged by the game; it must forfeit eventually.
         self.game = _GAMES[game](
@@ -113,6 +119,7 @@ class VersusEnv(TextEnv):
         )
         self.opponent = make_opponent(opponent, minimax_depth)
         self.agent_seat = agent_seat
+        self._level_settings = {"game": game, "agent_seat": agent_seat, "opening_plies": opening_plies}
         self.success_on = success_on
         self.format_hint = f"Put {self.game.rules.move_hint} inside <answer>...</answer>."
         self._seat: Seat = "player_0"
@@ -145,6 +152,10 @@ class VersusEnv(TextEnv):
         return game
 
     # ------------------------------------------------------------------ TextEnv hooks
+    def level_space(self) -> LevelSpace:
+        """The game, the agent's seat and the random opening's length decide a level (the opponent plays it)."""
+        return LevelSpace.of(f"{type(self).__module__}:{type(self).__qualname__}", self._level_settings)
+
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         info: dict[str, Any] = {}
         if "level" in options:

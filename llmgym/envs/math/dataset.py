@@ -21,6 +21,8 @@ from llmgym.envs.math.env import MathEnv
 from llmgym.envs.math.problems import Problem
 from llmgym.envs.math.verify import AnswerVerifier
 from llmgym.error import DatasetError, DependencyNotInstalled
+from llmgym.eval_sets import EVAL_SET_SIZE
+from llmgym.splits import Split
 
 #: The small dataset shipped with llmgym: GSM8K-style word problems with ``#### n`` answers.
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "data" / "math_word_problems.jsonl"
@@ -158,6 +160,8 @@ def MathDatasetEnv(  # noqa: N802 - the entry point of llmgym/MathDataset-v0, na
     format_penalty: float = -0.1,
     verifier: AnswerVerifier | None = None,
     render_mode: str | None = None,
+    split: Split = "train",
+    held_out_levels: int = EVAL_SET_SIZE,
 ) -> MathEnv:
     """Math problems sampled by seed from a dataset file (JSONL or Parquet), such as GSM8K.
 
@@ -169,12 +173,15 @@ def MathDatasetEnv(  # noqa: N802 - the entry point of llmgym/MathDataset-v0, na
     Arguments:
         dataset_path: a ``.jsonl`` (one object a line) or ``.parquet`` file with ``question``
             and ``answer`` fields.
-        max_attempts, turn_discount, format_penalty, verifier, render_mode: as :class:`MathEnv`.
+        max_attempts, turn_discount, format_penalty, verifier, render_mode, split, held_out_levels:
+            as :class:`MathEnv`. The bundled dataset's eval set holds 26 of its 52 problems; the
+            split holds them out, so training draws the other 26.
 
     Version History:
         * v0: initial version.
     """
     env = MathEnv(max_attempts=max_attempts, turn_discount=turn_discount, format_penalty=format_penalty,
-                  verifier=verifier, render_mode=render_mode, problems=DatasetProblems.from_file(dataset_path))
+                  verifier=verifier, render_mode=render_mode, problems=DatasetProblems.from_file(dataset_path),
+                  split=split, held_out_levels=held_out_levels)
     env.dataset_path = Path(dataset_path)  # type: ignore[attr-defined]
     return env

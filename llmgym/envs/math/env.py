@@ -18,7 +18,9 @@ from llmgym.envs.math.problems import (
 )
 from llmgym.envs.math.verify import AnswerVerifier, default_verifier
 from llmgym.error import InvalidOptionError, did_you_mean
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import extract_answer_or_boxed
+from llmgym.splits import LevelSpace, Split
 
 #: The feedback after a wrong answer when attempts are left.
 WRONG_TRY_AGAIN = "Unfortunately your answer is wrong. Let's try again."
@@ -105,6 +107,7 @@ class MathEnv(TextEnv):
 
     reset_options: ClassVar[frozenset[str]] = frozenset({"level", "difficulty"})
     format_hint: ClassVar[str] = _ANSWER_FORMAT
+    level_options: ClassVar[tuple[str, ...]] = ("difficulty", "kinds")
 
     def __init__(
         self,
@@ -117,6 +120,8 @@ class MathEnv(TextEnv):
         verifier: AnswerVerifier | None = None,
         render_mode: str | None = None,
         problems: ProblemSource | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
         if max_attempts < 1:
             raise InvalidOptionError(f"max_attempts must be >= 1, got {max_attempts}.")
@@ -128,6 +133,8 @@ class MathEnv(TextEnv):
             max_invalid_actions=1 if max_attempts == 1 else None,
             max_turns=max_attempts,
             action_parser=extract_answer_or_boxed,
+            split=split,
+            held_out_levels=held_out_levels,
         )
         self.difficulty = _check_difficulty(difficulty)
         self.kinds = _check_kinds(kinds)
@@ -152,6 +159,15 @@ class MathEnv(TextEnv):
         return [self._problem.answer]
 
     # ------------------------------------------------------------------ TextEnv hooks
+    def level_space(self) -> LevelSpace | None:
+        """Generated problems: their difficulty and kinds; a dataset: its file; another source: none."""
+        dataset_path = getattr(self, "dataset_path", None)
+        if dataset_path is not None:
+            return LevelSpace.of("llmgym.envs.math.dataset:MathDatasetEnv", {"dataset_path": str(dataset_path)})
+        if not isinstance(self.problems, GeneratedProblems):
+            return None
+        return super().level_space()
+
     def _reset_task(self, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         info: dict[str, Any] = {}
         if "level" in options:

@@ -11,7 +11,9 @@ from llmgym.envs.sokoban.generator import check_max_level_moves, check_settings,
 from llmgym.envs.sokoban.level import ACTIONS, Level, PaddedMaze, direction_offsets, parse_xsb
 from llmgym.envs.sokoban.solver import Solver
 from llmgym.error import InvalidOptionError
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import ActionParser
+from llmgym.splits import LevelSpace, Split
 
 #: Reward of every move, effective or not.
 STEP_PENALTY = -0.1
@@ -119,6 +121,7 @@ class SokobanEnv(TextEnv):
     """
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
+    level_options: ClassVar[tuple[str, ...]] = ("dim_room", "num_boxes", "max_level_moves")
     format_hint = "Put one action (Up, Down, Left or Right) inside <answer>...</answer>."
 
     def __init__(
@@ -139,6 +142,8 @@ class SokobanEnv(TextEnv):
         max_invalid_actions: int | None = None,
         render_mode: str | None = None,
         action_parser: ActionParser | str | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
         self.dim_room = check_settings(dim_room, num_boxes)
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
@@ -151,6 +156,8 @@ class SokobanEnv(TextEnv):
             max_invalid_actions=max_invalid_actions,
             max_turns=max_turns,
             action_parser=action_parser,
+            split=split,
+            held_out_levels=held_out_levels,
         )
         self.num_boxes = num_boxes
         self.max_level_moves = max_level_moves
@@ -188,6 +195,7 @@ class SokobanEnv(TextEnv):
             level_seed = self._draw_level_seed()
             rng = level_rng(level_seed)
             level = generate_level(rng, self.dim_room, self.num_boxes, self.max_level_moves)
+            self._room = level
             if self.start == "solution":
                 level = self._on_solution(level, rng)
             info["seed"] = level_seed
@@ -260,6 +268,19 @@ class SokobanEnv(TextEnv):
     def level(self) -> str:
         """The episode's starting level as XSB text."""
         return self._start.xsb()
+
+    def _split_level(self) -> str:
+        """The room a drawn episode was taken from (with ``start="solution"``, not the position it starts at)."""
+        return self._room.xsb()
+
+    def _eval_spaces(self) -> list[LevelSpace]:
+        """This space's eval rooms, and with ``max_level_moves`` also the full rooms' (the id's eval set)."""
+        spaces = super()._eval_spaces()
+        if self.max_level_moves is not None:
+            entry_point = spaces[0].entry_point
+            spaces.append(LevelSpace.of(entry_point, {"dim_room": self.dim_room, "num_boxes": self.num_boxes,
+                                                   "max_level_moves": None}))
+        return spaces
 
     def level_xsb(self) -> str:
         """The current position as XSB text (what ``reset(options={"level": ...})`` takes)."""

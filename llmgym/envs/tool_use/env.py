@@ -13,7 +13,9 @@ from llmgym.envs.tool_use.sandbox import IsolationLevel, SandboxConfig
 from llmgym.envs.tool_use.tasks import TASK_GENERATORS, TASK_KINDS, ToolTask
 from llmgym.envs.tool_use.tools import CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, tool_schema
 from llmgym.error import InvalidOptionError, SnapshotNotSupported, did_you_mean
+from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import extract_answer, extract_tool_calls
+from llmgym.splits import Split
 
 TaskName = Literal["mixed", "calculator", "python", "search"]
 _TASK_NAMES = ("mixed", *TASK_KINDS)
@@ -109,6 +111,7 @@ class ToolUseEnv(TextEnv):
     """
 
     format_hint: ClassVar[str] = _FORMAT
+    level_options: ClassVar[tuple[str, ...]] = ("task",)
 
     def __init__(
         self,
@@ -120,6 +123,8 @@ class ToolUseEnv(TextEnv):
         sandbox_config: SandboxConfig | None = None,
         isolation: IsolationLevel | None = None,
         render_mode: str | None = None,
+        split: Split = "train",
+        held_out_levels: int = EVAL_SET_SIZE,
     ) -> None:
         if task not in _TASK_NAMES:
             raise InvalidOptionError(f"task must be one of {', '.join(_TASK_NAMES)}, got {task!r}."
@@ -127,7 +132,7 @@ class ToolUseEnv(TextEnv):
         if max_tool_calls < 1:
             raise InvalidOptionError(f"max_tool_calls must be >= 1, got {max_tool_calls}.")
         super().__init__(render_mode=render_mode, invalid_penalty=invalid_penalty, max_turns=max_turns,
-                         action_parser=parse_tool_use)
+                         action_parser=parse_tool_use, split=split, held_out_levels=held_out_levels)
         self.task = task
         self.max_tool_calls = max_tool_calls
         self.python = PythonTool(config=_sandbox_config(sandbox_config, isolation))
