@@ -283,6 +283,17 @@ def eval_levels_trained_on(
     (:func:`llmgym.splits.level_key` of what each env draws, Sokoban's room for
     ``start="solution"``). Under the split every count is 0. Keys: the eval envs' labels.
     """
+    drawn = drawn_level_keys(train_envs, seed, steps)
+    counts = {}
+    for spec in eval_envs:
+        keys = {level_key(level.options["level"]) for level in eval_set_levels(spec.id, levels, use_eval_set,
+                                                                                 spec.options) if level.options}
+        counts[spec.label] = len(keys & drawn)
+    return counts
+
+
+def drawn_level_keys(train_envs: Sequence[EnvSpec], seed: int, steps: int) -> set[str]:
+    """The content keys of every level the first ``steps`` training steps of a run drew (see :func:`plan_groups`)."""
     import gymnasium as gym
 
     from llmgym.core import TextEnv
@@ -301,15 +312,10 @@ def eval_levels_trained_on(
     finally:
         for env in envs.values():
             env.close()
-    counts = {}
-    for spec in eval_envs:
-        keys = {level_key(level.options["level"]) for level in eval_set_levels(spec.id, levels, use_eval_set,
-                                                                                 spec.options) if level.options}
-        counts[spec.label] = len(keys & drawn)
-    return counts
+    return drawn
 
 
 __all__ = [
-    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "eval_levels", "eval_levels_trained_on",
+    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "drawn_level_keys", "eval_levels", "eval_levels_trained_on",
     "eval_set_levels", "group_episodes", "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
 ]

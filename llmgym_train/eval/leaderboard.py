@@ -307,6 +307,9 @@ def evaluate(
         "seconds": round(time.perf_counter() - start, 3),
         "summary": summarize(episodes, config.samples),
     }
+    trained_on = getattr(agent, "eval_levels_trained_on", None)
+    if trained_on is not None:  # a trained model's row says how many of its levels the run trained on
+        row["eval_levels_trained_on"] = trained_on(levels)
     difficulties = sorted({episode.difficulty for episode in episodes if episode.difficulty is not None})
     if len(difficulties) > 1:
         row["by_difficulty"] = {
@@ -393,7 +396,8 @@ def markdown(document: dict[str, Any]) -> str:
     commits = sorted({row.get("provenance", document).get("commit", "unknown")[:10] for row in rows})
     footer = (
         "\n\nLevels: eval levels played / eval set size (fewer means a `--limit`). "
-        "Success interval: Wilson 95%. Invalid %: per turn. "
+        "Trained models' rows say how many of the levels their run drew in training (by content; 0 under "
+        "the train/test split). Success interval: Wilson 95%. Invalid %: per turn. "
         "Tokens/ep: generated tokens per episode (LLM agents). "
         f"Commit {', '.join(commits)}; every episode's outcome, seeds and settings are in `leaderboard.json`.\n"
     )
@@ -410,6 +414,8 @@ def _table_row(row: dict[str, Any], show_pass: bool) -> list[str]:
         levels += f" x{row['samples']}"
     if row.get("max_turns"):
         levels += f" (max {row['max_turns']} turns)"
+    if row.get("eval_levels_trained_on") is not None:
+        levels += f", {row['eval_levels_trained_on']} trained on"
     tokens = summary["completion_tokens_per_episode"]
     cells = [
         row["env_id"].removeprefix("llmgym/"),

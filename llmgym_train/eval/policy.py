@@ -15,12 +15,14 @@ it has no run settings, and the leaderboard asks it in plain chat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmgym.error import InvalidOptionError
+from llmgym.splits import level_key
 from llmgym_train.agents import AgentConfig
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, load_config
@@ -32,7 +34,7 @@ from llmgym_train.eval.results import portable_path
 from llmgym_train.generation.base import Generator, SamplingSpec
 from llmgym_train.metrics import episode_metrics
 from llmgym_train.envs import EnvPool
-from llmgym_train.planner import EvalLevel, plan_eval
+from llmgym_train.planner import EvalLevel, drawn_level_keys, plan_eval
 from llmgym_train.rollout import rollout as run_rollout
 
 if TYPE_CHECKING:
@@ -244,6 +246,14 @@ class RunAgent:
     def supports(self, env: Any) -> bool:
         return True
 
+    def eval_levels_trained_on(self, levels: Sequence[EvalLevel]) -> int:
+        """How many of ``levels`` the run's training steps drew, by content (0 for the run's starting model)."""
+        if self._base_settings.get("weights") == "the run's starting model":
+            return 0
+        steps = trained_steps(self.run)
+        drawn = drawn_level_keys(self.config.train_envs, self.config.seed, steps)
+        return sum(level_key(level.options["level"]) in drawn for level in levels if level.options)
+
     def prepare(self, env_id: str) -> None:
         """Record the env options the next row plays with (a new dict: earlier rows keep theirs)."""
         own = any(spec.id == env_id for spec in self.config.validation_envs)
@@ -282,6 +292,19 @@ class RunAgent:
 
     def close(self) -> None:
         self.generator.close()
+
+
+def trained_steps(run: Path) -> int:
+    """The training steps a run folder's ``metrics.jsonl`` records (its last ``train`` record's step)."""
+    path = run / "metrics.jsonl"
+    steps = 0
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                if record.get("kind") == "train":
+                    steps = max(steps, int(record["step"]))
+    return steps
 
 
 def episode_result(trajectory: Trajectory, level: EvalLevel, sample: int) -> EpisodeResult:
