@@ -147,16 +147,12 @@ _COMMON = (
 #: their updates a forward more per step. Their recorded seeds ran without it.
 _SHORT_CONTEXT = "model_options.gradient_checkpointing=false"
 
-#: The curricula's small lakes (2x2: three maps, 3x3: 51) are never evaluated on: none of their own
-#: eval-seed levels are held out (the 4x4 lakes hold out the frozen eval set, as every env does).
-_UNEVALUATED = {2: {"held_out_levels": 0}, 3: {"held_out_levels": 0}}
-
 PRESETS: dict[str, Preset] = {
     "frozenlake": Preset(
         family="FrozenLake",
         train_envs=tuple(
             {"name": f"lake-{size}x{size}", "n_groups": 2,
-             "options": {"size": size, "max_turns": turns, "action_parser": "lenient", **_UNEVALUATED.get(size, {})}}
+             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
             for size, turns in ((2, 4), (3, 7), (4, 10))
         ),
         eval_options={"max_turns": 10, "action_parser": "lenient"},
@@ -166,7 +162,7 @@ PRESETS: dict[str, Preset] = {
         family="FrozenLake",
         train_envs=tuple(
             {"name": f"lake-{size}x{size}", "n_groups": groups,
-             "options": {"size": size, "max_turns": turns, "action_parser": "lenient", **_UNEVALUATED.get(size, {})}}
+             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
             for size, groups, turns in ((2, 1, 4), (3, 2, 7), (4, 3, 10))
         ),
         eval_options={"max_turns": 10, "action_parser": "lenient"},

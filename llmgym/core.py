@@ -45,7 +45,6 @@ from llmgym.error import (
     UnknownOptionError,
     did_you_mean,
 )
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import (
     NAMED_PARSERS,
     ActionParser,
@@ -203,8 +202,9 @@ class TextEnv(gym.Env[str, str]):
             ``reset(options={"level": ...})``. ``"all"``: no split, as eval-set version 1 drew
             (warns, and reset ``info["split"]`` says so).
         held_out_levels: for a level space without a frozen eval set (options such as ``size=3``),
-            how many of its distinct eval-seed levels ``split="train"`` holds out; 0 for a space
-            never evaluated on. A space with a frozen eval set always holds out that set.
+            how many of its distinct eval-seed levels ``split="train"`` holds out (``None``: none,
+            as for a space nobody evaluates on; the trainer sets it to ``eval.levels`` for a space
+            it evaluates on). A space with a frozen eval set always holds out that set.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -232,7 +232,7 @@ class TextEnv(gym.Env[str, str]):
         max_turns: int | None = None,
         action_parser: ActionParser | str | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         check_split(split, held_out_levels)
         if split == "all":

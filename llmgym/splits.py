@@ -14,8 +14,10 @@ decide what a seed yields (:meth:`llmgym.core.TextEnv.level_space`):
 
 * a space with a frozen eval set (a registered id's own options): that set, 200 distinct levels;
 * any other space (``size=3`` lakes, a curriculum's short rooms, a dataset of your own): its
-  first ``held_out_levels`` distinct levels from the eval seeds ``EVAL_SEED_BASE + i``, which is
-  also what the trainer's evaluation plays on such a space (``eval.use_eval_set=false``).
+  first ``held_out_levels`` distinct levels from the eval seeds ``EVAL_SEED_BASE + i`` (none by
+  default), which is what the trainer's evaluation plays on such a space
+  (``eval.use_eval_set=false``); the trainer sets ``held_out_levels`` on the training envs of a
+  space it evaluates on (:func:`llmgym_train.planner.hold_out_evaluated_levels`).
 
 ``split="all"`` turns the split off (the seed-to-level map of eval-set version 1) and warns.
 """
@@ -66,8 +68,14 @@ class LevelSpace:
         return cls(entry_point, tuple(sorted((name, _hashable(value)) for name, value in options.items())))
 
     def make(self) -> TextEnv:
-        """A fresh env of this space with the split off (it draws what seeds give)."""
-        return make_unsplit(load_env_creator(self.entry_point), **dict(self.options))
+        """A fresh env of this space with the split off (it draws what seeds give).
+
+        The split is switched off on the made env rather than through its constructor, so an
+        env class of your own need not take ``split``.
+        """
+        env = load_env_creator(self.entry_point)(**dict(self.options))
+        env.unwrapped.split = "all"
+        return env
 
     def __str__(self) -> str:
         options = ", ".join(f"{name}={value!r}" for name, value in self.options)
@@ -142,7 +150,7 @@ def _frozen_spaces(entry_point: str) -> dict[LevelSpace, str]:
 
 
 @functools.lru_cache(maxsize=64)
-def held_out_keys(space: LevelSpace, count: int) -> frozenset[str]:
+def held_out_keys(space: LevelSpace, count: int | None) -> frozenset[str]:
     """Keys of the eval levels of ``space``: its frozen eval set, else its first ``count`` distinct eval-seed levels.
 
     Raises:
@@ -155,7 +163,7 @@ def held_out_keys(space: LevelSpace, count: int) -> frozenset[str]:
     env_id = frozen_eval_id(space)
     if env_id is not None:
         return frozenset(level_key(record["level"]) for record in load_eval_set(env_id))
-    if count == 0:
+    if not count:
         return frozenset()
     env = space.make()
     try:
@@ -166,17 +174,17 @@ def held_out_keys(space: LevelSpace, count: int) -> frozenset[str]:
         raise InvalidOptionError(
             f"The level space {space} gave only {len(keys)} distinct levels in {count * SEEDS_PER_LEVEL} eval "
             f"seeds, and held_out_levels={count} asks to hold out {count}: training would be left with few "
-            f"or no levels. Hold out fewer (held_out_levels=k, the number of levels you evaluate on), "
-            f"held_out_levels=0 for a space you never evaluate on, or split='all' to turn the split off."
+            f"or no levels. Hold out fewer (held_out_levels=k, the number of levels you evaluate on, "
+            f"at most about half of the space), or split='all' to turn the split off."
         )
     return keys
 
 
-def check_split(split: str, held_out_levels: int) -> None:
+def check_split(split: str, held_out_levels: int | None) -> None:
     if split not in SPLITS:
         raise InvalidOptionError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}.")
-    if not isinstance(held_out_levels, int) or held_out_levels < 0:
-        raise InvalidOptionError(f"held_out_levels must be an integer >= 0, got {held_out_levels!r}.")
+    if held_out_levels is not None and (not isinstance(held_out_levels, int) or held_out_levels < 0):
+        raise InvalidOptionError(f"held_out_levels must be None or an integer >= 0, got {held_out_levels!r}.")
 
 
 __all__ = [

@@ -594,7 +594,7 @@ class TrainConfig:
             if repeated:
                 raise InvalidOptionError(
                     f"{section} has more than one entry called {repeated[0]!r}; give each a distinct name, "
-                    f"e.g. {{id: {repeated[0]}, name: lake-2x2, options: {{size: 2, held_out_levels: 0}}}}."
+                    f"e.g. {{id: {repeated[0]}, name: lake-2x2, options: {{size: 2}}}}."
                 )
         if self.loss.credit == "gigpo" and (self.algo != "grpo" or self.rollout.layout != "turn"):
             raise InvalidOptionError(

@@ -292,6 +292,41 @@ def eval_levels_trained_on(
     return counts
 
 
+def hold_out_evaluated_levels(
+    train_envs: Sequence[EnvSpec], eval_envs: Sequence[EnvSpec], levels: int, use_eval_set: bool = True
+) -> None:
+    """Hold the evaluated eval-seed levels out of the training envs that share their level space.
+
+    An env evaluated on eval-seed levels (no frozen eval set, or ``use_eval_set=False``) plays
+    the first ``levels`` distinct levels of its space (:func:`eval_set_levels`); a training env
+    of the same space (say, 3x3 lakes trained and evaluated) gets ``held_out_levels=levels`` in
+    its options, unless its options already say (``held_out_levels`` or ``split``). Frozen eval
+    sets need nothing: every env holds its space's set out. Changes ``train_envs`` in place.
+    """
+    evaluated = {
+        space: levels for spec in eval_envs
+        if not (use_eval_set and has_eval_set(spec.id)) and (space := _level_space(spec)) is not None
+    }
+    for spec in train_envs:
+        if "held_out_levels" in spec.options or "split" in spec.options:
+            continue
+        space = _level_space(spec)
+        if space in evaluated:
+            spec.options["held_out_levels"] = evaluated[space]
+
+
+def _level_space(spec: EnvSpec) -> Any:
+    import gymnasium as gym
+
+    from llmgym.core import TextEnv
+
+    env = gym.make(spec.id, **spec.options).unwrapped
+    try:
+        return env.level_space() if isinstance(env, TextEnv) else None
+    finally:
+        env.close()
+
+
 def drawn_level_keys(train_envs: Sequence[EnvSpec], seed: int, steps: int) -> set[str]:
     """The content keys of every level the first ``steps`` training steps of a run drew (see :func:`plan_groups`)."""
     import gymnasium as gym
@@ -316,6 +351,6 @@ def drawn_level_keys(train_envs: Sequence[EnvSpec], seed: int, steps: int) -> se
 
 
 __all__ = [
-    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "drawn_level_keys", "eval_levels", "eval_levels_trained_on",
+    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "drawn_level_keys", "eval_levels", "eval_levels_trained_on", "hold_out_evaluated_levels",
     "eval_set_levels", "group_episodes", "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
 ]

@@ -53,7 +53,7 @@ from llmgym_train.eval.policy import PlaySettings, PolicyEvaluation, evaluate_po
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
-from llmgym_train.planner import plan_eval, plan_groups, sampling_seed, update_seed
+from llmgym_train.planner import hold_out_evaluated_levels, plan_eval, plan_groups, sampling_seed, update_seed
 from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.staleness import StalenessController
@@ -107,6 +107,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, resume: bool = False) -> None:
         self.config = config
+        # Training envs of a level space the run evaluates on seeds hold those levels out (the run's config says so).
+        hold_out_evaluated_levels(config.train_envs, config.validation_envs, config.eval.levels, config.eval.use_eval_set)
         if config.threads:
             torch.set_num_threads(config.threads)
         self.model_folder = resolve_model(config.model)

@@ -80,8 +80,7 @@ def _lakes_3x3() -> list[str]:
     success and ended at 0% greedy after such a step (``recipe_trials/demo-fresh-clone-4ca6f42``,
     step 39).
     """
-    # 2x2 lakes (three maps) are never evaluated on: nothing of them is held out.
-    lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1, "held_out_levels": 0}
+    lake_2x2 = {"size": 2, "max_turns": 4, "action_parser": "lenient", "bump_penalty": -0.1}
     lake_3x3 = {**LAKE_3X3, "bump_penalty": -0.1, "held_out_levels": EVAL_LAKES_3X3}
     train = [
         {"id": "llmgym/FrozenLake-v1", "name": "lake-2x2", "n_groups": 1, "options": lake_2x2},

@@ -244,7 +244,7 @@ def test_ppo_learns_small_lakes_and_the_agent_plays_its_checkpoint(tmp_path: Pat
     """3x3 lakes: from chance to >= 90% greedy success on validation levels in a few seconds."""
     from llmgym.jax.ppo import PpoConfig, Policy, save_checkpoint, train
 
-    config = PpoConfig(env_id="llmgym/FrozenLake-v0", env_options={"size": 3, "held_out_levels": 0}, network="mlp", hidden=32,
+    config = PpoConfig(env_id="llmgym/FrozenLake-v0", env_options={"size": 3}, network="mlp", hidden=32,
                        num_envs=64, num_steps=16, num_minibatches=2, total_steps=64 * 16 * 60,
                        learning_rate=3e-3, pool_size=300, validation_levels=256, eval_every=20, seed=0)
     result = train(config, log=lambda line: None)
@@ -260,6 +260,6 @@ def test_ppo_learns_small_lakes_and_the_agent_plays_its_checkpoint(tmp_path: Pat
     assert not agent.supports(gym.make("llmgym/FrozenLake-v0").unwrapped)  # 4x4 boards
     levels = [EvalLevel(index, 900_000 + index, {"level": level})
               for index, level in enumerate(levels_from_seeds("llmgym/FrozenLake-v0", range(900_000, 900_040),
-                                                              size=3, held_out_levels=0))]
+                                                              size=3))]
     episodes = play(agent, "llmgym/FrozenLake-v0", levels, LeaderboardConfig(agents=("random",), progress=False))
     assert np.mean([episode.success for episode in episodes]) >= 0.85

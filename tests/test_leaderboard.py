@@ -206,7 +206,7 @@ algo: grpo
 seed: 0
 steps: 1
 train_envs:
-- {{id: llmgym/FrozenLake-v1, n_groups: 1, options: {{size: 3, max_turns: 4, action_parser: lenient, held_out_levels: 0}}}}
+- {{id: llmgym/FrozenLake-v1, n_groups: 1, options: {{size: 3, max_turns: 4, action_parser: lenient}}}}
 eval_envs:
 - {{id: llmgym/FrozenLake-v1, options: {{max_turns: 6, action_parser: lenient}}, name: lake}}
 rollout: {{backend: hf, group_size: 2, agent: markov, layout: turn, max_new_tokens: 1, max_model_len: 1024,

@@ -215,8 +215,8 @@ def test_dataset_rows_are_sampled_by_seed(tmp_path):
     held_out = {env.reset(options={"level": record["level"]})[0] for record in _eval_seed_records(path, 5)}
     assert len(drawn) == 15, "every problem but the 5 held out"
     assert not held_out & {env.reset(seed=seed)[0] for seed in range(400)}
-    with pytest.raises(InvalidOptionError, match="held_out_levels=0 for a space you never evaluate on"):
-        MathDatasetEnv(dataset_path=path).reset(seed=0)  # 200 held out of 20 rows
+    with pytest.raises(InvalidOptionError, match="gave only 20 distinct levels"):
+        MathDatasetEnv(dataset_path=path, held_out_levels=200).reset(seed=0)  # 200 held out of 20 rows
 
 
 def test_parquet_datasets_load(tmp_path):

@@ -97,19 +97,34 @@ def test_start_on_a_solution_is_held_out_by_the_room_it_comes_from():
 def test_a_curriculum_of_short_rooms_holds_out_the_full_rooms_eval_set_too():
     env = gym.make("llmgym/Sokoban-v1", max_level_moves=4).unwrapped
     env.reset(seed=0)
-    assert _keys("llmgym/Sokoban-v1") <= env._held_out
-    assert len(env._held_out) > len(_keys("llmgym/Sokoban-v1"))
+    assert env._held_out == _keys("llmgym/Sokoban-v1")
+    evaluated = gym.make("llmgym/Sokoban-v1", max_level_moves=4, held_out_levels=50).unwrapped
+    evaluated.reset(seed=0)
+    assert len(evaluated._held_out - _keys("llmgym/Sokoban-v1")) == 50
 
 
-def test_a_small_space_without_a_frozen_set_asks_how_many_levels_to_hold_out():
-    env = gym.make("llmgym/FrozenLake-v1", size=3)
-    with pytest.raises(InvalidOptionError, match="gave only 51 distinct levels"):
-        env.reset(seed=0)
+def test_a_space_without_a_frozen_set_holds_out_what_is_asked_and_refuses_to_hold_out_all_of_it():
     held_out = gym.make("llmgym/FrozenLake-v1", size=3, held_out_levels=24).unwrapped
-    space = held_out.level_space()
-    keys = held_out_keys(space, 24)
+    keys = held_out_keys(held_out.level_space(), 24)
     assert len(keys) == 24
     assert not {held_out.reset(seed=seed) and held_out.split_key() for seed in range(2_000)} & keys
+    env = gym.make("llmgym/FrozenLake-v1", size=3, held_out_levels=200)
+    with pytest.raises(InvalidOptionError, match="gave only 51 distinct levels"):
+        env.reset(seed=0)
+
+
+def test_the_trainer_holds_out_the_seed_levels_it_evaluates_a_space_on():
+    from llmgym_train.planner import EnvSpec, hold_out_evaluated_levels
+
+    lakes = {"size": 3, "frozen_probability": 0.65}
+    train = [EnvSpec("llmgym/FrozenLake-v1", options={**lakes, "max_turns": 6}, name="a"),
+             EnvSpec("llmgym/FrozenLake-v1", options={"size": 2}, name="b"),
+             EnvSpec("llmgym/FrozenLake-v1", name="c")]
+    evaluation = [EnvSpec("llmgym/FrozenLake-v1", options=lakes)]
+    hold_out_evaluated_levels(train, evaluation, levels=16, use_eval_set=False)
+    assert [spec.options.get("held_out_levels") for spec in train] == [16, None, None]
+    counts = eval_levels_trained_on(train, 1, 0, 200, evaluation, 16, use_eval_set=False)
+    assert counts == {"llmgym/FrozenLake-v1": 0}
 
 
 @pytest.mark.parametrize("preset", ["frozenlake-v1", "sokoban-v1"])

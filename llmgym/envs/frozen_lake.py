@@ -9,7 +9,6 @@ import numpy as np
 
 from llmgym.core import Outcome, TextEnv, level_rng
 from llmgym.error import InvalidOptionError, LevelFormatError
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import ActionParser
 from llmgym.splits import Split
 
@@ -107,7 +106,7 @@ class FrozenLakeEnv(TextEnv):
         render_mode: str | None = None,
         action_parser: ActionParser | str | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         if grid not in ("compact", "spaced"):
             raise InvalidOptionError(f'grid must be "compact" or "spaced", got {grid!r}.')

@@ -25,7 +25,6 @@ from llmgym.core import (
     to_charset,
 )
 from llmgym.error import InvalidOptionError, LevelFormatError, did_you_mean
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.multiagent.spaces import MoveText
 from llmgym.multiagent.state import game_state, require_stateless, restore_game
 from llmgym.parsing import ActionParser, extract_answer
@@ -360,7 +359,7 @@ class PrisonersDilemmaVersusEnv(TextEnv):
         render_mode: str | None = None,
         action_parser: ActionParser | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         if not callable(opponent) and opponent not in STRATEGIES:
             raise InvalidOptionError(

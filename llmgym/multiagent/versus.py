@@ -6,7 +6,6 @@ from typing import Any, Literal, SupportsFloat
 
 from llmgym.core import Outcome, TextEnv, level_rng, restore_rng, rng_state
 from llmgym.error import InvalidOptionError, LevelFormatError
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.multiagent.board_env import LOSS_REWARD, BoardGameEnv, ConnectFourEnv, TicTacToeEnv
 from llmgym.multiagent.opponents import MinimaxOpponent, Opponent, OpponentName, make_opponent, random_opponent
 from llmgym.multiagent.state import require_stateless
@@ -91,7 +90,7 @@ class VersusEnv(TextEnv):
         render_mode: str | None = None,
         action_parser: ActionParser | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         if game not in _GAMES:
             raise InvalidOptionError(f"game must be one of {sorted(_GAMES)}, got {game!r}.")

@@ -21,7 +21,6 @@ from llmgym.envs.math.env import MathEnv
 from llmgym.envs.math.problems import Problem
 from llmgym.envs.math.verify import AnswerVerifier
 from llmgym.error import DatasetError, DependencyNotInstalled
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.splits import Split
 
 #: The small dataset shipped with llmgym: GSM8K-style word problems with ``#### n`` answers.
@@ -161,7 +160,7 @@ def MathDatasetEnv(  # noqa: N802 - the entry point of llmgym/MathDataset-v0, na
     verifier: AnswerVerifier | None = None,
     render_mode: str | None = None,
     split: Split = "train",
-    held_out_levels: int = EVAL_SET_SIZE,
+    held_out_levels: int | None = None,
 ) -> MathEnv:
     """Math problems sampled by seed from a dataset file (JSONL or Parquet), such as GSM8K.
 

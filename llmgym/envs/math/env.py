@@ -18,7 +18,6 @@ from llmgym.envs.math.problems import (
 )
 from llmgym.envs.math.verify import AnswerVerifier, default_verifier
 from llmgym.error import InvalidOptionError, did_you_mean
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import extract_answer_or_boxed
 from llmgym.splits import LevelSpace, Split
 
@@ -121,7 +120,7 @@ class MathEnv(TextEnv):
         render_mode: str | None = None,
         problems: ProblemSource | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         if max_attempts < 1:
             raise InvalidOptionError(f"max_attempts must be >= 1, got {max_attempts}.")

@@ -11,7 +11,6 @@ from llmgym.envs.sokoban.generator import check_max_level_moves, check_settings,
 from llmgym.envs.sokoban.level import ACTIONS, Level, PaddedMaze, direction_offsets, parse_xsb
 from llmgym.envs.sokoban.solver import Solver
 from llmgym.error import InvalidOptionError
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import ActionParser
 from llmgym.splits import LevelSpace, Split
 
@@ -143,7 +142,7 @@ class SokobanEnv(TextEnv):
         render_mode: str | None = None,
         action_parser: ActionParser | str | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         self.dim_room = check_settings(dim_room, num_boxes)
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)

@@ -13,7 +13,6 @@ from llmgym.envs.tool_use.sandbox import IsolationLevel, SandboxConfig
 from llmgym.envs.tool_use.tasks import TASK_GENERATORS, TASK_KINDS, ToolTask
 from llmgym.envs.tool_use.tools import CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, tool_schema
 from llmgym.error import InvalidOptionError, SnapshotNotSupported, did_you_mean
-from llmgym.eval_sets import EVAL_SET_SIZE
 from llmgym.parsing import extract_answer, extract_tool_calls
 from llmgym.splits import Split
 
@@ -124,7 +123,7 @@ class ToolUseEnv(TextEnv):
         isolation: IsolationLevel | None = None,
         render_mode: str | None = None,
         split: Split = "train",
-        held_out_levels: int = EVAL_SET_SIZE,
+        held_out_levels: int | None = None,
     ) -> None:
         if task not in _TASK_NAMES:
             raise InvalidOptionError(f"task must be one of {', '.join(_TASK_NAMES)}, got {task!r}."
