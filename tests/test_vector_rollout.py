@@ -30,8 +30,9 @@ from llmgym_train.rollout import rollout
 
 #: FrozenLake (3 turns) and Sokoban (2 turns), two groups and one, two episodes each.
 MIXTURE = [EnvSpec("llmgym/FrozenLake-v0", 2, {"max_turns": 3}), EnvSpec("llmgym/Sokoban-v0", 1, {"max_turns": 2})]
-#: Recorded from the per-episode path (greedy: group members play alike).
-PINNED = ["b245d3358175e846"] * 2 + ["0ea84df3713def3e"] * 2 + ["e84280a7789b4af7"] * 2
+#: Recorded from the per-episode path (greedy: group members play alike). Under the train/test split
+#: the first group's seed draws again past an eval lake (with split="all" it played b245d3358175e846).
+PINNED = ["a45585527db98f7e"] * 2 + ["0ea84df3713def3e"] * 2 + ["e84280a7789b4af7"] * 2
 
 
 def trajectory_digest(trajectory: Trajectory) -> str:
