@@ -34,7 +34,7 @@ import gymnasium as gym
 
 import llmgym  # noqa: F401 - registers the ids
 from benchmarks.common import write_result
-from benchmarks.serve_throughput import free_port, start_server
+from benchmarks.serve_throughput import free_port, start_server, stop_server
 
 HOSTILE_FRAMES: list[str | bytes] = [
     "not json {",
@@ -167,8 +167,7 @@ def main() -> None:
         time.sleep(args.idle_timeout + 6)  # past the idle timeout and a reaper period
         after = health(port)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_server(server)
     load_end = os.getloadavg()
     result = {
         "env_id": args.env_id,

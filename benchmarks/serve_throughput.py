@@ -11,7 +11,9 @@ the four directions), in one run:
 Client and server share this machine's cores, so steps/s is what both ends together reach.
 Figures: ``steps_per_s`` (served), ``p50_step_latency_ms`` (client send -> answer),
 ``p50_overhead_ms`` (served p50 latency minus the in-process mean step time),
-``ratio_vs_openenv`` (llmgym-serve steps/s over OpenEnv's). Goals: steps/s >= 10,000,
+``ratio_vs_openenv`` (llmgym-serve steps/s over OpenEnv's), and ``p50_overhead_one_session_ms``
+(the same overhead with one session alone: with 64 sessions a step's latency is mostly the
+63 steps queued ahead of it, ``num_sessions / steps_per_s``). Goals: steps/s >= 10,000,
 p50 overhead < 1 ms, ratio >= 1.0.
 
 Run: ``python -m benchmarks.serve_throughput [--num-sessions 64] [--seconds 15]``.
@@ -69,7 +71,10 @@ def start_server(kind: str, env_id: str, port: int, num_sessions: int) -> subpro
     else:
         command = [sys.executable, "-m", "benchmarks.serve_throughput", "--openenv-server", str(port),
                    "--env-id", env_id, "--num-sessions", str(num_sessions)]
-    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Output is dropped, not piped: a server that logs every closed socket (OpenEnv's does) would
+    # block on a full pipe nobody reads.
+    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     wait_healthy(port, process)
     return process
 
@@ -131,11 +136,11 @@ async def play_sessions(port: int, num_sessions: int, seconds: float, episode_st
             episode = 0
             while time.perf_counter() < stop_at[0]:
                 await ws.send(json.dumps({"type": "reset", "data": {"seed": index * 100_000 + episode}}))
-                json.loads(await ws.recv())
+                json.loads(await asyncio.wait_for(ws.recv(), 60))
                 for turn in range(episode_steps):
                     sent = time.perf_counter()
                     await ws.send(json.dumps({"type": "step", "data": {"text": MOVES[turn % 4]}}))
-                    answer = json.loads(await ws.recv())
+                    answer = json.loads(await asyncio.wait_for(ws.recv(), 60))
                     latencies.append(time.perf_counter() - sent)
                     assert answer["type"] == "observation", answer
                     steps[0] += 1
@@ -183,8 +188,16 @@ def served(kind: str, env_id: str, num_sessions: int, seconds: float, episode_st
     try:
         return asyncio.run(play_sessions(port, num_sessions, seconds, episode_steps))
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop_server(process)
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:  # uvicorn waits for open sockets; the figures are in already
+        process.kill()
+        process.wait()
 
 
 def main() -> None:
@@ -206,6 +219,8 @@ def main() -> None:
     local = in_process(args.env_id, args.num_sessions, args.seconds, args.episode_steps)
     ours = served("llmgym", args.env_id, args.num_sessions, args.seconds, args.episode_steps)
     theirs = served("openenv", args.env_id, args.num_sessions, args.seconds, args.episode_steps)
+    # One session alone: the latency a step pays for the wire, without 63 others queued ahead of it.
+    alone = served("llmgym", args.env_id, 1, min(args.seconds, 5.0), args.episode_steps)
     load_end = os.getloadavg()
     overhead = ours["p50_step_latency_ms"] - local["mean_step_ms"]
     figures = {
@@ -219,6 +234,8 @@ def main() -> None:
         "in_process": local,
         "llmgym_serve": ours,
         "openenv_create_app": theirs,
+        "llmgym_serve_one_session": alone,
+        "p50_overhead_one_session_ms": round(alone["p50_step_latency_ms"] - local["mean_step_ms"], 3),
         "steps_per_s": ours["steps_per_s"],
         "p50_overhead_ms": round(overhead, 3),
         "ratio_vs_openenv": round(ours["steps_per_s"] / theirs["steps_per_s"], 3),

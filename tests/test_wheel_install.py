@@ -1,0 +1,70 @@
+"""The wheel, installed into a fresh virtual environment, runs its console scripts and plays a packaged level.
+
+No editable install and no checkout on the path: the venv has no system site-packages, the
+commands run from an empty folder with ``PYTHONPATH`` unset, and the wheel is installed with
+``--no-deps`` beside gymnasium and numpy (and their own small dependencies) only. Each
+``--help`` is checked to come from the fresh venv's own entry-point script.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What the env core and the console scripts' --help need, and nothing more.
+RUNTIME = ["gymnasium==1.4.0", "numpy", "cloudpickle", "typing_extensions", "farama-notifications"]
+
+
+def run(command: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout)
+
+
+def test_wheel_in_a_fresh_venv_runs_its_entry_points_and_a_packaged_eval_level(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*cache*",
+                                  ".hypothesis", "runs", "results", "benchmarks", "tests", "docs")
+    shutil.copytree(ROOT, source, ignore=skip)
+    wheels = tmp_path / "wheels"
+    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                 "."], cwd=source)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("llmgym-*.whl")
+
+    venv = tmp_path / "fresh"
+    made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    installed = run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                     str(wheel), *RUNTIME], cwd=tmp_path)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    for script, words in (("llmgym-serve", "OpenEnv"), ("llmgym-train", "usage"), ("llmgym-bench", "usage")):
+        path = venv / "bin" / script
+        assert path.is_file(), f"the wheel installed no {script} script"
+        assert path.read_text().startswith(f"#!{python}"), path.read_text()[:200]
+        helped = run([str(path), "--help"], cwd=empty, timeout=120)
+        assert helped.returncode == 0, f"{script} --help failed:\n{helped.stdout}\n{helped.stderr}"
+        assert words in helped.stdout, helped.stdout
+
+    played = run([str(python), "-c", (
+        "import gymnasium as gym, llmgym\n"
+        "from llmgym.eval_sets import load_eval_set\n"
+        f"assert llmgym.__file__.startswith({str(venv)!r}), llmgym.__file__\n"
+        "record = load_eval_set('llmgym/Sokoban-v0')[0]\n"
+        "env = gym.make('llmgym/Sokoban-v0')\n"
+        "observation, info = env.reset(options={'level': record['level']})\n"
+        "assert info['optimal_steps'] == record['optimal_steps'], (info, record)\n"
+        "for move in env.unwrapped.solution():\n"
+        "    observation, reward, terminated, truncated, info = env.step(f'<answer>{move}</answer>')\n"
+        "assert terminated and info['success']\n"
+        "print('solved', record['index'])\n"
+    )], cwd=empty)
+    assert played.returncode == 0, played.stdout + played.stderr
+    assert "solved 0" in played.stdout
