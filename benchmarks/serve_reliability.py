@@ -67,6 +67,41 @@ def level_plans(env_id: str, count: int) -> dict[int, list[str]]:
     return plans
 
 
+async def hostile(url: str, index: int, count: int, seconds: float, figures: dict[str, Any]) -> None:
+    """Send ``count`` hostile frames, spread over the run; each must be answered with an error."""
+    from websockets.asyncio.client import connect
+
+    shift = index % len(HOSTILE_FRAMES)
+    frames = itertools.cycle(HOSTILE_FRAMES[shift:] + HOSTILE_FRAMES[:shift])
+    pause = seconds * 0.8 / max(count, 1)
+    try:
+        async with connect(url, max_size=None) as ws:
+            for _ in range(count):
+                await ws.send(next(frames))
+                figures["hostile_sent"] += 1
+                answer = json.loads(await ws.recv())
+                if answer["type"] == "error":
+                    figures["hostile_answered_with_error"] += 1
+                    figures["errors_returned"] += 1
+                await asyncio.sleep(pause)
+    except Exception:
+        figures["client_failures"] += 1
+
+
+async def dropper(url: str, index: int, delay: float, figures: dict[str, Any]) -> None:
+    """Reset, step once, then vanish mid-episode: no close frame, no FIN handshake."""
+    from websockets.asyncio.client import connect
+
+    await asyncio.sleep(delay)
+    ws = await connect(url, max_size=None)
+    await ws.send(json.dumps({"type": "reset", "data": {"seed": index}}))
+    await ws.recv()
+    await ws.send(json.dumps({"type": "step", "data": {"text": "<answer>Up</answer>"}}))
+    await ws.recv()
+    ws.transport.abort()
+    figures["dropped"] += 1
+
+
 async def run_load(port: int, args: argparse.Namespace, plans: dict[int, list[str]]) -> dict[str, Any]:
     from websockets.asyncio.client import connect
 
@@ -96,37 +131,13 @@ async def run_load(port: int, args: argparse.Namespace, plans: dict[int, list[st
         except Exception:
             figures["client_failures"] += 1
 
-    async def hostile(index: int, count: int) -> None:
-        frames = itertools.cycle(HOSTILE_FRAMES[index % len(HOSTILE_FRAMES):] + HOSTILE_FRAMES[:index % len(HOSTILE_FRAMES)])
-        pause = args.seconds * 0.8 / max(count, 1)
-        try:
-            async with connect(url, max_size=None) as ws:
-                for _ in range(count):
-                    await ws.send(next(frames))
-                    figures["hostile_sent"] += 1
-                    answer = json.loads(await ws.recv())
-                    if answer["type"] == "error":
-                        figures["hostile_answered_with_error"] += 1
-                        figures["errors_returned"] += 1
-                    await asyncio.sleep(pause)
-        except Exception:
-            figures["client_failures"] += 1
-
-    async def dropper(index: int) -> None:
-        await asyncio.sleep(args.seconds * index / max(args.dropped, 1) * 0.8)
-        ws = await connect(url, max_size=None)
-        await ws.send(json.dumps({"type": "reset", "data": {"seed": index}}))
-        await ws.recv()
-        await ws.send(json.dumps({"type": "step", "data": {"text": "<answer>Up</answer>"}}))
-        await ws.recv()
-        ws.transport.abort()  # gone mid-episode: no close frame, no FIN handshake
-        figures["dropped"] += 1
-
     hostile_clients = 10
     per_client = args.hostile // hostile_clients
     tasks = [player(index) for index in range(args.num_sessions)]
-    tasks += [hostile(index, per_client + (index < args.hostile % hostile_clients)) for index in range(hostile_clients)]
-    tasks += [dropper(index) for index in range(args.dropped)]
+    tasks += [hostile(url, index, per_client + (index < args.hostile % hostile_clients), args.seconds, figures)
+              for index in range(hostile_clients)]
+    tasks += [dropper(url, index, args.seconds * 0.8 * index / max(args.dropped, 1), figures)
+              for index in range(args.dropped)]
     start = time.perf_counter()
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start

@@ -40,7 +40,16 @@ def build_app(config: ServeConfig) -> FastAPI:
 
     app = FastAPI(title=f"llmgym-serve {config.env_id}", lifespan=lifespan)
     app.state.pool = pool
+    _add_http_routes(app, config, pool)
 
+    @app.websocket("/ws")
+    async def play(websocket: WebSocket) -> None:
+        await _play(websocket, config, pool)
+
+    return app
+
+
+def _add_http_routes(app: FastAPI, config: ServeConfig, pool: SessionPool) -> None:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
@@ -88,39 +97,38 @@ def build_app(config: ServeConfig) -> FastAPI:
             status_code=400,
         )
 
-    @app.websocket("/ws")
-    async def play(websocket: WebSocket) -> None:
-        await websocket.accept()
-        requested = websocket.query_params.get("env_id")
-        if requested and requested != config.env_id:
-            await websocket.send_text(json.dumps(error_message(
-                "UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}.")))
-            await _close_quietly(websocket, 1008, "unknown env id")
-            return
-        session = pool.open(websocket)
-        if session is None:
-            await websocket.send_text(json.dumps(error_message(
-                "CAPACITY_REACHED", f"All {config.max_sessions} sessions are taken; retry later.",
-                active_sessions=len(pool.sessions), max_sessions=config.max_sessions)))
-            await _close_quietly(websocket, 1013, "capacity reached")
-            return
-        try:
-            while session.session_id in pool.sessions:
-                frame = await websocket.receive()
-                if frame["type"] == "websocket.disconnect":
-                    break
-                raw = frame.get("text")
-                if raw is None:
-                    raw = (frame.get("bytes") or b"").decode("utf-8", errors="replace")
-                answer, keep = await session.handle(raw)
-                if answer is not None:
-                    await websocket.send_text(json.dumps(answer))
-                if not keep:
-                    break
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            pass  # the peer vanished or the reaper closed the socket under us
-        finally:
-            pool.release(session)
-            await _close_quietly(websocket)
 
-    return app
+async def _play(websocket: WebSocket, config: ServeConfig, pool: SessionPool) -> None:
+    """One WebSocket session: an env of its own, one answer per frame, freed however it ends."""
+    await websocket.accept()
+    requested = websocket.query_params.get("env_id")
+    if requested and requested != config.env_id:
+        await websocket.send_text(json.dumps(error_message(
+            "UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}.")))
+        await _close_quietly(websocket, 1008, "unknown env id")
+        return
+    session = pool.open(websocket)
+    if session is None:
+        await websocket.send_text(json.dumps(error_message(
+            "CAPACITY_REACHED", f"All {config.max_sessions} sessions are taken; retry later.",
+            active_sessions=len(pool.sessions), max_sessions=config.max_sessions)))
+        await _close_quietly(websocket, 1013, "capacity reached")
+        return
+    try:
+        while session.session_id in pool.sessions:
+            frame = await websocket.receive()
+            if frame["type"] == "websocket.disconnect":
+                break
+            raw = frame.get("text")
+            if raw is None:
+                raw = (frame.get("bytes") or b"").decode("utf-8", errors="replace")
+            answer, keep = await session.handle(raw)
+            if answer is not None:
+                await websocket.send_text(json.dumps(answer))
+            if not keep:
+                break
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass  # the peer vanished or the reaper closed the socket under us
+    finally:
+        pool.release(session)
+        await _close_quietly(websocket)
