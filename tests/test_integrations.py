@@ -103,3 +103,107 @@ def test_grpo_trainer_runs_two_steps_on_llmgym_episodes(tmp_path) -> None:
     assert len(rewards) == len(users)
     pooled = trainer._environment_pool[None]
     assert {env.transcript[0]["observation"] for env in pooled} <= set(first_observations.values())
+
+
+# ---------------------------------------------------------------- verifiers
+
+
+def solver_replies(env_id: str, levels: list[dict]) -> dict[str, str]:
+    """Observation text -> the optimal solver's reply, over the solved episodes of ``levels``."""
+    table = {}
+    for record in levels:
+        env = gym.make(env_id)
+        observation, _ = env.reset(options={"level": record["level"]})
+        for move in env.unwrapped.solution():
+            table[observation] = f"<answer>{move}</answer>"
+            observation, *_ = env.step(f"<answer>{move}</answer>")
+    return table
+
+
+def scripted_endpoint(replies: dict[str, str], calls: list[dict]):
+    """An OpenAI-compatible /v1/chat/completions that answers the last user turn from ``replies``."""
+    import json
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI()
+
+    async def chat(request):  # a plain Starlette route: it gets the request as is
+        body = await request.json()
+        calls.append(body)
+        last = [message for message in body["messages"] if message["role"] == "user"][-1]["content"]
+        if isinstance(last, list):
+            last = "".join(part.get("text", "") for part in last)
+        reply = replies.get(last, "<answer>no idea</answer>")
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        if not body.get("stream"):
+            return JSONResponse({"id": "scripted", "object": "chat.completion", "created": 0, "model": body["model"],
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
+                                              "finish_reason": "stop"}], "usage": usage})
+
+        def events():
+            chunk = {"id": "scripted", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply}, "finish_reason": None}]}
+            yield f"data: {json.dumps(chunk)}\n\n"
+            chunk["choices"] = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
+            yield f"data: {json.dumps({**chunk, 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app.router.add_route("/v1/chat/completions", chat, methods=["POST"])
+    return app
+
+
+def test_verifiers_evaluates_the_eval_set_and_the_solver_scores_one(tmp_path, monkeypatch) -> None:
+    import asyncio
+    import os
+    import socket
+    import sys
+    import threading
+    import time
+
+    pytest.importorskip("verifiers.v1")
+    import uvicorn
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    from llmgym.eval_sets import load_eval_set
+    from llmgym.integrations.verifiers import load_environment
+
+    env_id, num_levels = "llmgym/FrozenLake-v0", 2
+    levels = load_eval_set(env_id)[:num_levels]
+    calls: list[dict] = []
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(scripted_endpoint(solver_replies(env_id, levels), calls),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # verifiers runs its chat program with uv; the one this environment installed comes first
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SCRIPTED_API_KEY", "unused")
+    try:
+        env = load_environment(env_id=env_id, num_levels=num_levels, runtime="subprocess")
+        config = EvalConfig.model_validate({
+            "env": env.config.model_dump(), "model": "scripted", "num_rollouts": 1, "rich": None, "push": False,
+            "client": {"type": "eval", "base_url": f"http://127.0.0.1:{port}/v1", "api_key_var": "SCRIPTED_API_KEY"},
+            "output_dir": str(tmp_path),
+        })
+        episodes = asyncio.run(run_eval(config))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert len(episodes) == num_levels and all(episode.ok for episode in episodes)
+    played = sorted(episode.traces[0].info["level_index"] for episode in episodes)
+    assert played == [record["index"] for record in levels]  # the frozen eval levels, in full
+    for episode in episodes:
+        trace = episode.traces[0]
+        assert trace.rewards["env_reward"].score == 1.0 and trace.info["success"] is True
+        assert trace.info["steps"] == levels[trace.info["level_index"]]["optimal_steps"]
+    assert len(calls) == sum(record["optimal_steps"] for record in levels)
