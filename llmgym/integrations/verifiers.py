@@ -5,9 +5,11 @@
 
     env = load_environment(env_id="llmgym/Sokoban-v0", num_levels=50)
 
-or from the command line, against any OpenAI-compatible endpoint::
+or from the command line, against any OpenAI-compatible endpoint, with ``vf-eval``'s own
+options (``python -m llmgym.integrations.vf_eval`` is ``vf-eval`` with this taskset known as
+``llmgym``: verifiers 0.4 does not import a dotted module path as a taskset id)::
 
-    vf-eval llmgym.integrations.verifiers --env.taskset.env-id llmgym/Sokoban-v0 -n 50 \\
+    python -m llmgym.integrations.vf_eval llmgym --env.taskset.env-id llmgym/Sokoban-v0 -n 50 \\
         --model my-model --client.base-url http://127.0.0.1:8000/v1 --client.api-key-var OPENAI_API_KEY
 
 verifiers 0.4 is its ``verifiers.v1`` API: a :class:`LlmgymTaskset` yields one task per eval level
@@ -85,7 +87,10 @@ class LlmgymTaskset(vf.Taskset[LlmgymTask, LlmgymTasksetConfig]):
 
 
 class LlmgymEnvConfig(vf.EnvConfig):
-    player: vf.AgentConfig = vf.AgentConfig()
+    player: vf.AgentConfig = vf.AgentConfig.model_validate(
+        {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}
+    )
+    """The model's seat: verifiers' plain chat program (no tools, no sandbox), run on this machine."""
 
 
 class LlmgymEnv(vf.Env[LlmgymEnvConfig]):
