@@ -107,8 +107,16 @@ async def run_load(port: int, args: argparse.Namespace, plans: dict[int, list[st
 
     url = f"ws://127.0.0.1:{port}/ws"
     stop_at = time.perf_counter() + args.seconds
-    figures = {"episodes_completed": 0, "episodes_unsolved": 0, "steps": 0, "errors_returned": 0,
-               "hostile_sent": 0, "hostile_answered_with_error": 0, "dropped": 0, "client_failures": 0}
+    figures = {
+        "episodes_completed": 0,
+        "episodes_unsolved": 0,
+        "steps": 0,
+        "errors_returned": 0,
+        "hostile_sent": 0,
+        "hostile_answered_with_error": 0,
+        "dropped": 0,
+        "client_failures": 0,
+    }
     latencies: list[float] = []
 
     async def player(index: int) -> None:
@@ -126,7 +134,9 @@ async def run_load(port: int, args: argparse.Namespace, plans: dict[int, list[st
                         answer = json.loads(await ws.recv())
                         latencies.append(time.perf_counter() - sent)
                         figures["steps"] += 1
-                    solved = answer.get("data", {}).get("observation", {}).get("info", {}).get("success") is True
+                    solved = (
+                        answer.get("data", {}).get("observation", {}).get("info", {}).get("success") is True
+                    )
                     figures["episodes_completed" if solved else "episodes_unsolved"] += 1
         except Exception:
             figures["client_failures"] += 1
@@ -134,21 +144,27 @@ async def run_load(port: int, args: argparse.Namespace, plans: dict[int, list[st
     hostile_clients = 10
     per_client = args.hostile // hostile_clients
     tasks = [player(index) for index in range(args.num_sessions)]
-    tasks += [hostile(url, index, per_client + (index < args.hostile % hostile_clients), args.seconds, figures)
-              for index in range(hostile_clients)]
-    tasks += [dropper(url, index, args.seconds * 0.8 * index / max(args.dropped, 1), figures)
-              for index in range(args.dropped)]
+    tasks += [
+        hostile(url, index, per_client + (index < args.hostile % hostile_clients), args.seconds, figures)
+        for index in range(hostile_clients)
+    ]
+    tasks += [
+        dropper(url, index, args.seconds * 0.8 * index / max(args.dropped, 1), figures)
+        for index in range(args.dropped)
+    ]
     start = time.perf_counter()
     await asyncio.gather(*tasks)
-    elapsed = time.perf_counter() - start
+    return {**figures, **speed(figures["steps"], time.perf_counter() - start, latencies)}
+
+
+def speed(steps: int, elapsed: float, latencies: list[float]) -> dict[str, float]:
     ordered = sorted(latencies)
-    figures.update(
-        seconds=round(elapsed, 1),
-        steps_per_s=round(figures["steps"] / elapsed, 1),
-        p50_step_latency_ms=round(1000 * ordered[len(ordered) // 2], 2),
-        p99_step_latency_ms=round(1000 * ordered[int(len(ordered) * 0.99)], 2),
-    )
-    return figures
+    return {
+        "seconds": round(elapsed, 1),
+        "steps_per_s": round(steps / elapsed, 1),
+        "p50_step_latency_ms": round(1000 * ordered[len(ordered) // 2], 2),
+        "p99_step_latency_ms": round(1000 * ordered[int(len(ordered) * 0.99)], 2),
+    }
 
 
 def main() -> None:
@@ -198,8 +214,15 @@ def main() -> None:
         "goals": {"sessions_leaked": 0, "server_restarts": 0},
     }
     path = write_result(args.name, result)
-    print(json.dumps({key: result[key] for key in ("episodes_completed", "errors_returned", "sessions_leaked",
-                                                  "server_restarts", "p50_step_latency_ms", "p99_step_latency_ms")}))
+    headline = (
+        "episodes_completed",
+        "errors_returned",
+        "sessions_leaked",
+        "server_restarts",
+        "p50_step_latency_ms",
+        "p99_step_latency_ms",
+    )
+    print(json.dumps({key: result[key] for key in headline}))
     print(f"wrote {path}")
 
 

@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -66,15 +65,35 @@ def wait_healthy(port: int, process: subprocess.Popen, timeout: float = 90.0) ->
 def start_server(kind: str, env_id: str, port: int, num_sessions: int) -> subprocess.Popen:
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     if kind == "llmgym":
-        command = [sys.executable, "-m", "llmgym.integrations.serve", env_id, "--port", str(port),
-                   "--max-sessions", str(num_sessions + 8), "--ping-interval", "0"]
+        command = [
+            sys.executable,
+            "-m",
+            "llmgym.integrations.serve",
+            env_id,
+            "--port",
+            str(port),
+            "--max-sessions",
+            str(num_sessions + 8),
+            "--ping-interval",
+            "0",
+        ]
     else:
-        command = [sys.executable, "-m", "benchmarks.serve_throughput", "--openenv-server", str(port),
-                   "--env-id", env_id, "--num-sessions", str(num_sessions)]
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.serve_throughput",
+            "--openenv-server",
+            str(port),
+            "--env-id",
+            env_id,
+            "--num-sessions",
+            str(num_sessions),
+        ]
     # Output is dropped, not piped: a server that logs every closed socket (OpenEnv's does) would
     # block on a full pipe nobody reads.
-    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_healthy(port, process)
     return process
 
@@ -102,7 +121,9 @@ def openenv_app(env_id: str, num_sessions: int) -> Any:
             self.env = gym.make(env_id)
             self._state = State(step_count=0)
 
-        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> TextObservation:
+        def reset(
+            self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+        ) -> TextObservation:
             text, info = self.env.reset(seed=seed)
             self._state = State(episode_id=episode_id, step_count=0)
             return TextObservation(text=text, info=info)
@@ -110,8 +131,14 @@ def openenv_app(env_id: str, num_sessions: int) -> Any:
         def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
             text, reward, terminated, truncated, info = self.env.step(action.text)
             self._state.step_count += 1
-            return TextObservation(text=text, reward=float(reward), done=terminated or truncated,
-                                   terminated=terminated, truncated=truncated, info=info)
+            return TextObservation(
+                text=text,
+                reward=float(reward),
+                done=terminated or truncated,
+                terminated=terminated,
+                truncated=truncated,
+                info=info,
+            )
 
         @property
         def state(self) -> State:
@@ -178,8 +205,13 @@ def in_process(env_id: str, num_sessions: int, seconds: float, episode_steps: in
                     break
         episode += 1
     elapsed = time.perf_counter() - start
-    return {"steps": steps, "seconds": round(elapsed, 2), "steps_per_s_with_resets": round(steps / elapsed, 1),
-            "steps_per_s": round(steps / step_time, 1), "mean_step_ms": round(1000 * step_time / steps, 4)}
+    return {
+        "steps": steps,
+        "seconds": round(elapsed, 2),
+        "steps_per_s_with_resets": round(steps / elapsed, 1),
+        "steps_per_s": round(steps / step_time, 1),
+        "mean_step_ms": round(1000 * step_time / steps, 4),
+    }
 
 
 def served(kind: str, env_id: str, num_sessions: int, seconds: float, episode_steps: int) -> dict[str, Any]:
@@ -211,8 +243,13 @@ def main() -> None:
     if args.openenv_server is not None:  # the OpenEnv server's own process
         import uvicorn
 
-        uvicorn.run(openenv_app(args.env_id, args.num_sessions), host="127.0.0.1", port=args.openenv_server,
-                    log_level="warning", ws_ping_interval=None)
+        uvicorn.run(
+            openenv_app(args.env_id, args.num_sessions),
+            host="127.0.0.1",
+            port=args.openenv_server,
+            log_level="warning",
+            ws_ping_interval=None,
+        )
         return
 
     load_start = os.getloadavg()

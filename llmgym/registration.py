@@ -107,5 +107,5 @@ def register_all() -> None:
 
 
 def env_ids(*, include_remote: bool = False) -> list[str]:
-    """Every registered llmgym id, in registration order; ``llmgym/Remote-v0`` only with ``include_remote``."""
+    """Every registered llmgym id, in registration order; the remote id only with ``include_remote``."""
     return [entry.id for entry in ENTRIES if include_remote or not entry.remote]

@@ -9,8 +9,17 @@ import llmgym  # noqa: F401 - registers the ids
 from llmgym.integrations.trl import accepts_split, environment_factory, seed_dataset
 
 #: Qwen's chat tokens: TRL recognizes Qwen3's template (and its tool-call format) by its text.
-QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
-                 "<tool_response>", "</tool_response>", "<think>", "</think>")
+QWEN_SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
 
 
 def qwen_char_tokenizer():
@@ -25,7 +34,9 @@ def qwen_char_tokenizer():
     backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     backend.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+        tokenizer_object=backend,
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
         additional_special_tokens=list(QWEN_SPECIALS[1:3]),
     )
     tokenizer.add_tokens(list(QWEN_SPECIALS[3:]))
@@ -35,8 +46,12 @@ def qwen_char_tokenizer():
 
 @pytest.mark.parametrize(
     ("env_id", "tools"),
-    [("llmgym/FrozenLake-v0", {"move"}), ("llmgym/Sokoban-v0", {"move"}), ("llmgym/Math-v0", {"answer"}),
-     ("llmgym/ToolUse-Calculator-v0", {"python", "calculator", "search", "answer"})],
+    [
+        ("llmgym/FrozenLake-v0", {"move"}),
+        ("llmgym/Sokoban-v0", {"move"}),
+        ("llmgym/Math-v0", {"answer"}),
+        ("llmgym/ToolUse-Calculator-v0", {"python", "calculator", "search", "answer"}),
+    ],
 )
 def test_trl_adapter_tools_play_the_env_to_full_reward(env_id: str, tools: set[str]) -> None:
     from transformers.utils import get_json_schema
@@ -81,13 +96,29 @@ def test_grpo_trainer_runs_two_steps_on_llmgym_episodes(tmp_path) -> None:
     dataset = seed_dataset(env_id, num_levels=4, start_seed=10)
     env_class = environment_factory(env_id)
     config = trl.GRPOConfig(
-        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,
-        max_completion_length=8, max_tool_calling_iterations=1, learning_rate=1e-4, logging_steps=1,
-        report_to="none", use_cpu=True, bf16=False, save_strategy="no", seed=0, temperature=1.0,
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_tool_calling_iterations=1,
+        learning_rate=1e-4,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        temperature=1.0,
         shuffle_dataset=False,
     )
-    trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, args=config, train_dataset=dataset,
-                              environment_factory=env_class)
+    trainer = trl.GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        args=config,
+        train_dataset=dataset,
+        environment_factory=env_class,
+    )
     trainer.train()
     assert trainer.state.global_step == 2
     logged = trainer._logs
@@ -138,13 +169,33 @@ def scripted_endpoint(replies: dict[str, str], calls: list[dict]):
         reply = replies.get(last, "<answer>no idea</answer>")
         usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
         if not body.get("stream"):
-            return JSONResponse({"id": "scripted", "object": "chat.completion", "created": 0, "model": body["model"],
-                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
-                                              "finish_reason": "stop"}], "usage": usage})
+            return JSONResponse(
+                {
+                    "id": "scripted",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": usage,
+                }
+            )
 
         def events():
-            chunk = {"id": "scripted", "object": "chat.completion.chunk", "created": 0, "model": body["model"],
-                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply}, "finish_reason": None}]}
+            chunk = {
+                "id": "scripted",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": reply}, "finish_reason": None}
+                ],
+            }
             yield f"data: {json.dumps(chunk)}\n\n"
             chunk["choices"] = [{"index": 0, "delta": {}, "finish_reason": "stop"}]
             yield f"data: {json.dumps({**chunk, 'usage': usage})}\n\n"
@@ -178,8 +229,14 @@ def test_verifiers_evaluates_the_eval_set_and_the_solver_scores_one(tmp_path, mo
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(scripted_endpoint(solver_replies(env_id, levels), calls),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            scripted_endpoint(solver_replies(env_id, levels), calls),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -190,11 +247,21 @@ def test_verifiers_evaluates_the_eval_set_and_the_solver_scores_one(tmp_path, mo
     monkeypatch.setenv("SCRIPTED_API_KEY", "unused")
     try:
         env = load_environment(env_id=env_id, num_levels=num_levels, runtime="subprocess")
-        config = EvalConfig.model_validate({
-            "env": env.config.model_dump(), "model": "scripted", "num_rollouts": 1, "rich": None, "push": False,
-            "client": {"type": "eval", "base_url": f"http://127.0.0.1:{port}/v1", "api_key_var": "SCRIPTED_API_KEY"},
-            "output_dir": str(tmp_path),
-        })
+        config = EvalConfig.model_validate(
+            {
+                "env": env.config.model_dump(),
+                "model": "scripted",
+                "num_rollouts": 1,
+                "rich": None,
+                "push": False,
+                "client": {
+                    "type": "eval",
+                    "base_url": f"http://127.0.0.1:{port}/v1",
+                    "api_key_var": "SCRIPTED_API_KEY",
+                },
+                "output_dir": str(tmp_path),
+            }
+        )
         episodes = asyncio.run(run_eval(config))
     finally:
         server.should_exit = True

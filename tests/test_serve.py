@@ -45,7 +45,11 @@ class Server:
         environment = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "llmgym.integrations.serve", env_id, "--port", str(self.port), *args],
-            cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -110,7 +114,12 @@ def scripted_actions(env_id: str, seed: int) -> list[str]:
     return noise + [f"<answer>{step}</answer>" for step in plan]
 
 
-TRANSCRIPT_IDS = ["llmgym/FrozenLake-v0", "llmgym/Sokoban-v0", "llmgym/Math-v0", "llmgym/ToolUse-Calculator-v0"]
+TRANSCRIPT_IDS = [
+    "llmgym/FrozenLake-v0",
+    "llmgym/Sokoban-v0",
+    "llmgym/Math-v0",
+    "llmgym/ToolUse-Calculator-v0",
+]
 
 
 @pytest.mark.parametrize("env_id", TRANSCRIPT_IDS)
@@ -128,8 +137,15 @@ def test_openenv_client_plays_the_same_transcript_as_in_process(serve: Any, env_
             for action in actions:
                 result = client.step({"text": action})
                 observation = result.observation
-                got.append((observation["text"], result.reward, observation["terminated"], observation["truncated"],
-                            observation["info"]))
+                got.append(
+                    (
+                        observation["text"],
+                        result.reward,
+                        observation["terminated"],
+                        observation["truncated"],
+                        observation["info"],
+                    )
+                )
                 assert result.done == (observation["terminated"] or observation["truncated"])
                 if result.done:
                     break
@@ -165,9 +181,7 @@ def test_remote_env_is_a_gymnasium_env(serve: Any) -> None:
 
 def test_vector_env_plays_remote_envs(serve: Any) -> None:
     server = serve("llmgym/FrozenLake-v0")
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("llmgym/Remote-v0", url=server.url) for _ in range(3)]
-    )
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("llmgym/Remote-v0", url=server.url) for _ in range(3)])
     observations, infos = envs.reset(seed=[0, 1, 2])
     local = [gym.make("llmgym/FrozenLake-v0").reset(seed=seed)[0] for seed in (0, 1, 2)]
     assert list(observations) == local
@@ -188,7 +202,9 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(serve: Any) -> Non
     server = serve("llmgym/Sokoban-v0", "--max-sessions", "3", "--max-action-chars", "1000")
     ws = server.url.replace("http://", "ws://") + "/ws"
     with websockets_sync.connect(ws) as bystander, websockets_sync.connect(ws) as hostile:
-        assert exchange(bystander, json.dumps({"type": "reset", "data": {"seed": 1}}))["type"] == "observation"
+        assert (
+            exchange(bystander, json.dumps({"type": "reset", "data": {"seed": 1}}))["type"] == "observation"
+        )
         cases = {
             '{"type": "step", "data": {"text": "<answer>Up</answer>"}}': "RESET_NEEDED",
             "not json {": "INVALID_JSON",
@@ -203,14 +219,16 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(serve: Any) -> Non
         for frame, code in cases.items():
             answer = exchange(hostile, frame)
             assert answer["type"] == "error" and answer["data"]["code"] == code, (frame, answer)
-        assert exchange(hostile, b'\xff\xfe binary junk')["type"] == "error"
+        assert exchange(hostile, b"\xff\xfe binary junk")["type"] == "error"
         assert exchange(hostile, json.dumps({"type": "reset", "data": {"seed": 2}}))["type"] == "observation"
         answer = exchange(hostile, json.dumps({"type": "step", "data": {"text": "x" * 1001}}))
         assert answer["data"]["code"] == "ACTION_TOO_LONG"
         env = gym.make("llmgym/Sokoban-v0")
         env.reset(seed=2)
         for move in env.unwrapped.solution():
-            answer = exchange(hostile, json.dumps({"type": "step", "data": {"text": f"<answer>{move}</answer>"}}))
+            answer = exchange(
+                hostile, json.dumps({"type": "step", "data": {"text": f"<answer>{move}</answer>"}})
+            )
         assert answer["data"].get("done") is True, answer
         answer = exchange(hostile, json.dumps({"type": "step", "data": {"text": "<answer>Up</answer>"}}))
         assert answer["data"]["code"] == "EPISODE_ENDED"
@@ -224,14 +242,21 @@ def test_bad_requests_get_errors_and_the_server_keeps_serving(serve: Any) -> Non
             assert json.loads(fourth.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
     assert server.health()["status"] == "healthy"
     schema = server.get("/schema")
-    assert schema["action"]["required"] == ["text"] and schema["action"]["properties"]["text"]["maxLength"] == 1000
+    assert (
+        schema["action"]["required"] == ["text"]
+        and schema["action"]["properties"]["text"]["maxLength"] == 1000
+    )
     assert server.process.poll() is None
 
 
 def test_unknown_id_fails_at_start_with_a_suggestion() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "llmgym.integrations.serve", "llmgym/Sokoban-v9", "--port", str(free_port())],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     assert "Sokoban" in result.stderr

@@ -53,7 +53,11 @@ def link_distributions(names: list[str], site_packages: Path) -> list[str]:
     linked = []
     for name in names:
         for distribution in dependency_closure(name).values():
-            tops = {Path(str(file)).parts[0] for file in distribution.files or [] if not str(file).startswith("..")}
+            tops = {
+                Path(str(file)).parts[0]
+                for file in distribution.files or []
+                if not str(file).startswith("..")
+            }
             for top in tops:
                 source = Path(str(distribution.locate_file(top)))
                 target = site_packages / top
@@ -64,18 +68,46 @@ def link_distributions(names: list[str], site_packages: Path) -> list[str]:
 
 
 def run(command: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")
+    }
     return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
 def test_wheel_in_a_fresh_venv_runs_its_entry_points_and_a_packaged_eval_level(tmp_path: Path) -> None:
     source = tmp_path / "source"
-    skip = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*cache*",
-                                  ".hypothesis", "runs", "results", "benchmarks", "tests", "docs")
+    skip = shutil.ignore_patterns(
+        ".git",
+        ".venv",
+        "build",
+        "dist",
+        "*.egg-info",
+        "__pycache__",
+        ".*cache*",
+        ".hypothesis",
+        "runs",
+        "results",
+        "benchmarks",
+        "tests",
+        "docs",
+    )
     shutil.copytree(ROOT, source, ignore=skip)
     wheels = tmp_path / "wheels"
-    built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                 "."], cwd=source)
+    built = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            ".",
+        ],
+        cwd=source,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = wheels.glob("llmgym-*.whl")
 
@@ -83,8 +115,21 @@ def test_wheel_in_a_fresh_venv_runs_its_entry_points_and_a_packaged_eval_level(t
     made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
-    installed = run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                     str(wheel), *RUNTIME], cwd=tmp_path)
+    installed = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+            *RUNTIME,
+        ],
+        cwd=tmp_path,
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     (site_packages,) = (venv / "lib").glob("python3*/site-packages")
     linked = link_distributions(["torch"], site_packages)
@@ -100,18 +145,25 @@ def test_wheel_in_a_fresh_venv_runs_its_entry_points_and_a_packaged_eval_level(t
         assert helped.returncode == 0, f"{script} --help failed:\n{helped.stdout}\n{helped.stderr}"
         assert words in helped.stdout, helped.stdout
 
-    played = run([str(python), "-c", (
-        "import gymnasium as gym, llmgym\n"
-        "from llmgym.eval_sets import load_eval_set\n"
-        f"assert llmgym.__file__.startswith({str(venv)!r}), llmgym.__file__\n"
-        "record = load_eval_set('llmgym/Sokoban-v0')[0]\n"
-        "env = gym.make('llmgym/Sokoban-v0')\n"
-        "observation, info = env.reset(options={'level': record['level']})\n"
-        "assert info['optimal_steps'] == record['optimal_steps'], (info, record)\n"
-        "for move in env.unwrapped.solution():\n"
-        "    observation, reward, terminated, truncated, info = env.step(f'<answer>{move}</answer>')\n"
-        "assert terminated and info['success']\n"
-        "print('solved', record['index'])\n"
-    )], cwd=empty)
+    played = run(
+        [
+            str(python),
+            "-c",
+            (
+                "import gymnasium as gym, llmgym\n"
+                "from llmgym.eval_sets import load_eval_set\n"
+                f"assert llmgym.__file__.startswith({str(venv)!r}), llmgym.__file__\n"
+                "record = load_eval_set('llmgym/Sokoban-v0')[0]\n"
+                "env = gym.make('llmgym/Sokoban-v0')\n"
+                "observation, info = env.reset(options={'level': record['level']})\n"
+                "assert info['optimal_steps'] == record['optimal_steps'], (info, record)\n"
+                "for move in env.unwrapped.solution():\n"
+                "    _, reward, terminated, truncated, info = env.step(f'<answer>{move}</answer>')\n"
+                "assert terminated and info['success']\n"
+                "print('solved', record['index'])\n"
+            ),
+        ],
+        cwd=empty,
+    )
     assert played.returncode == 0, played.stdout + played.stderr
     assert "solved 0" in played.stdout

@@ -13,13 +13,21 @@ from fastapi import Body, FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
 import llmgym
-from llmgym.integrations.protocol import ACTION_SCHEMA, OBSERVATION_SCHEMA, STATE_SCHEMA, error_message, json_safe
+from llmgym.integrations.protocol import (
+    ACTION_SCHEMA,
+    OBSERVATION_SCHEMA,
+    STATE_SCHEMA,
+    error_message,
+    json_safe,
+)
 from llmgym.integrations.serve import ServeConfig, Session, SessionPool, _close_quietly
 
 
 def _env_description(env_id: str) -> str:
     entry_point = gym.spec(env_id).entry_point
-    target = gym.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    target = (
+        gym.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    )
     doc = inspect.getdoc(target) or ""
     return doc.split("\n\n", 1)[0]
 
@@ -41,6 +49,7 @@ def build_app(config: ServeConfig) -> FastAPI:
     app = FastAPI(title=f"llmgym-serve {config.env_id}", lifespan=lifespan)
     app.state.pool = pool
     _add_http_routes(app, config, pool)
+    _add_episode_routes(app, config)
 
     @app.websocket("/ws")
     async def play(websocket: WebSocket) -> None:
@@ -50,6 +59,8 @@ def build_app(config: ServeConfig) -> FastAPI:
 
 
 def _add_http_routes(app: FastAPI, config: ServeConfig, pool: SessionPool) -> None:
+    """GET /health (with the server's own session count), /schema, /metadata, /state."""
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
@@ -66,17 +77,34 @@ def _add_http_routes(app: FastAPI, config: ServeConfig, pool: SessionPool) -> No
     async def schema() -> dict[str, Any]:
         action = json.loads(json.dumps(ACTION_SCHEMA))
         action["properties"]["text"]["maxLength"] = config.max_action_chars
-        return {"action": action, "observation": OBSERVATION_SCHEMA, "reset_observation": OBSERVATION_SCHEMA,
-                "state": STATE_SCHEMA}
+        return {
+            "action": action,
+            "observation": OBSERVATION_SCHEMA,
+            "reset_observation": OBSERVATION_SCHEMA,
+            "state": STATE_SCHEMA,
+        }
 
     @app.get("/metadata")
     async def metadata() -> dict[str, Any]:
-        return {"name": config.env_id, "description": _env_description(config.env_id),
-                "version": llmgym.__version__, "options": json_safe(config.options)}
+        return {
+            "name": config.env_id,
+            "description": _env_description(config.env_id),
+            "version": llmgym.__version__,
+            "options": json_safe(config.options),
+        }
 
     @app.get("/state")
     async def state() -> dict[str, Any]:
-        return {"env_id": config.env_id, "active_sessions": len(pool.sessions), "episode_id": None, "step_count": 0}
+        return {
+            "env_id": config.env_id,
+            "active_sessions": len(pool.sessions),
+            "episode_id": None,
+            "step_count": 0,
+        }
+
+
+def _add_episode_routes(app: FastAPI, config: ServeConfig) -> None:
+    """HTTP /reset and /step, as OpenEnv's servers have them; episodes themselves live on /ws."""
 
     @app.post("/reset")
     async def reset(body: dict[str, Any] | None = Body(default=None)) -> JSONResponse:
@@ -92,8 +120,11 @@ def _add_http_routes(app: FastAPI, config: ServeConfig, pool: SessionPool) -> No
     @app.post("/step")
     async def step() -> JSONResponse:
         return JSONResponse(
-            error_message("STATELESS_STEP", "An episode lives in a session: play it over WS /ws "
-                          "(OpenEnv's EnvClient does), not with HTTP POST /step.")["data"],
+            error_message(
+                "STATELESS_STEP",
+                "An episode lives in a session: play it over WS /ws "
+                "(OpenEnv's EnvClient does), not with HTTP POST /step.",
+            )["data"],
             status_code=400,
         )
 
@@ -103,15 +134,25 @@ async def _play(websocket: WebSocket, config: ServeConfig, pool: SessionPool) ->
     await websocket.accept()
     requested = websocket.query_params.get("env_id")
     if requested and requested != config.env_id:
-        await websocket.send_text(json.dumps(error_message(
-            "UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}.")))
+        await websocket.send_text(
+            json.dumps(
+                error_message("UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}.")
+            )
+        )
         await _close_quietly(websocket, 1008, "unknown env id")
         return
     session = pool.open(websocket)
     if session is None:
-        await websocket.send_text(json.dumps(error_message(
-            "CAPACITY_REACHED", f"All {config.max_sessions} sessions are taken; retry later.",
-            active_sessions=len(pool.sessions), max_sessions=config.max_sessions)))
+        await websocket.send_text(
+            json.dumps(
+                error_message(
+                    "CAPACITY_REACHED",
+                    f"All {config.max_sessions} sessions are taken; retry later.",
+                    active_sessions=len(pool.sessions),
+                    max_sessions=config.max_sessions,
+                )
+            )
+        )
         await _close_quietly(websocket, 1013, "capacity reached")
         return
     try:

@@ -22,7 +22,7 @@ def ws_url(url: str) -> str:
     """``http://h:p`` / ``ws://h:p`` / ``ws://h:p/ws`` -> ``ws://h:p/ws`` (``https`` -> ``wss``)."""
     for plain, secure in (("http://", "ws://"), ("https://", "wss://")):
         if url.startswith(plain):
-            url = secure + url[len(plain):]
+            url = secure + url[len(plain) :]
     if not url.startswith(("ws://", "wss://")):
         raise InvalidOptionError(f"url must start with ws://, wss://, http:// or https://, got {url!r}.")
     url = url.rstrip("/")
@@ -60,12 +60,15 @@ class RemoteEnv(gym.Env[str, str]):
         self, *, url: str, env_id: str | None = None, timeout: float = 60.0, render_mode: str | None = None
     ) -> None:
         if render_mode is not None:
-            raise InvalidOptionError(f"llmgym/Remote-v0 has no render modes, got render_mode={render_mode!r}.")
+            raise InvalidOptionError(
+                f"llmgym/Remote-v0 has no render modes, got render_mode={render_mode!r}."
+            )
         try:
             from websockets.sync.client import connect
         except ImportError as missing:
             raise DependencyNotInstalled(
-                f"llmgym/Remote-v0 needs websockets ({missing}). Install it with: pip install 'llmgym[integrations]'"
+                f"llmgym/Remote-v0 needs websockets ({missing}). "
+                "Install it with: pip install 'llmgym[integrations]'"
             ) from missing
         self.url = ws_url(url)
         self.env_id = env_id
@@ -77,8 +80,10 @@ class RemoteEnv(gym.Env[str, str]):
         try:
             self._socket = connect(target, open_timeout=timeout, max_size=None, proxy=None)
         except OSError as error:
-            raise RemoteEnvError(f"Cannot connect to {self.url}: {error}. Is llmgym-serve running there?",
-                                 code="CONNECTION_LOST") from error
+            raise RemoteEnvError(
+                f"Cannot connect to {self.url}: {error}. Is llmgym-serve running there?",
+                code="CONNECTION_LOST",
+            ) from error
         try:
             self._request({"type": "state"})  # a wrong env_id or a full server fails here, at make
         except RemoteEnvError:
@@ -95,7 +100,9 @@ class RemoteEnv(gym.Env[str, str]):
                 self._socket.send(json.dumps(message))
             answer = json.loads(self._socket.recv(timeout=self.timeout))
         except (ConnectionClosed, TimeoutError, OSError) as error:
-            raise RemoteEnvError(f"Lost the session with {self.url}: {error!r}.", code="CONNECTION_LOST") from error
+            raise RemoteEnvError(
+                f"Lost the session with {self.url}: {error!r}.", code="CONNECTION_LOST"
+            ) from error
         if answer.get("type") == "error":
             data = answer.get("data", {})
             code, text = data.get("code", "UNKNOWN"), data.get("message", "")
@@ -104,7 +111,9 @@ class RemoteEnv(gym.Env[str, str]):
             raise RemoteEnvError(f"{self.url} answered {code}: {text}", code=code)
         return answer["data"]
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         data = self._request({"type": "reset", "data": {"seed": seed, "options": options}})
         return data["observation"]["text"], data["observation"]["info"]
@@ -112,8 +121,13 @@ class RemoteEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         data = self._request({"type": "step", "data": {"text": action}})
         observation = data["observation"]
-        return (observation["text"], float(data["reward"]), observation["terminated"], observation["truncated"],
-                observation["info"])
+        return (
+            observation["text"],
+            float(data["reward"]),
+            observation["terminated"],
+            observation["truncated"],
+            observation["info"],
+        )
 
     def state(self) -> dict[str, Any]:
         """The session's state on the server (episode id, step count, env id, seed)."""

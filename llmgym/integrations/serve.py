@@ -41,7 +41,6 @@ from llmgym.error import DependencyNotInstalled, Error, InvalidOptionError
 from llmgym.integrations.protocol import RESET_KEYS, STEP_KEYS, error_message, observation_message
 
 
-
 @dataclass
 class ServeConfig:
     """Options of ``llmgym-serve``."""
@@ -114,9 +113,13 @@ class Session:
         _check_keys("reset", data, RESET_KEYS)
         seed, options = data.get("seed"), data.get("options")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise RequestError("VALIDATION_ERROR", f"reset's seed must be a non-negative integer or null, got {seed!r}.")
+            raise RequestError(
+                "VALIDATION_ERROR", f"reset's seed must be a non-negative integer or null, got {seed!r}."
+            )
         if options is not None and not isinstance(options, dict):
-            raise RequestError("VALIDATION_ERROR", f"reset's options must be an object or null, got {options!r}.")
+            raise RequestError(
+                "VALIDATION_ERROR", f"reset's options must be an object or null, got {options!r}."
+            )
         self.started = False
         try:
             observation, info = await self._call(self.env.reset, seed=seed, options=options)
@@ -140,13 +143,16 @@ class Session:
         if len(text) > self.config.max_action_chars:
             raise RequestError(
                 "ACTION_TOO_LONG",
-                f"The action has {len(text)} characters; this server takes at most {self.config.max_action_chars} "
+                f"The action has {len(text)} characters; this server takes at most "
+                f"{self.config.max_action_chars} "
                 "(llmgym-serve --max-action-chars).",
             )
         if not self.started:
             raise RequestError("RESET_NEEDED", "step before reset: send {'type': 'reset'} first.")
         if self.done:
-            raise RequestError("EPISODE_ENDED", "The episode has ended: send {'type': 'reset'} to start another.")
+            raise RequestError(
+                "EPISODE_ENDED", "The episode has ended: send {'type': 'reset'} to start another."
+            )
         observation, reward, terminated, truncated, info = await self._call(self.env.step, text)
         self.step_count += 1
         self.done = bool(terminated or truncated)
@@ -178,7 +184,9 @@ class Session:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            return error_message("VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}."), True
+            return error_message(
+                "VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}."
+            ), True
         try:
             if kind == "step":
                 return await self.step(data), True
@@ -272,7 +280,9 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise InvalidOptionError(f"Options are key=value, got {pair!r}. Example: llmgym-serve llmgym/Sokoban-v0 max_turns=30")
+            raise InvalidOptionError(
+                f"Options are key=value, got {pair!r}. Example: llmgym-serve llmgym/Sokoban-v0 max_turns=30"
+            )
         try:
             options[key] = json.loads(text)
         except ValueError:
@@ -292,11 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=defaults.port)
     parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
     parser.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout, help="seconds")
-    parser.add_argument("--ping-interval", type=float, default=defaults.ping_interval, help="seconds; 0: no pings")
+    parser.add_argument(
+        "--ping-interval", type=float, default=defaults.ping_interval, help="seconds; 0: no pings"
+    )
     parser.add_argument("--ping-timeout", type=float, default=defaults.ping_timeout, help="seconds")
     parser.add_argument("--max-action-chars", type=int, default=defaults.max_action_chars)
     parser.add_argument("--step-in-thread", choices=["auto", "yes", "no"], default=defaults.step_in_thread)
-    parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument(
+        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
     return parser
 
 
@@ -310,19 +324,32 @@ def main(argv: list[str] | None = None) -> None:
         ) from missing
     try:
         config = ServeConfig(
-            env_id=args.env_id, options=parse_options(args.options), host=args.host, port=args.port,
-            max_sessions=args.max_sessions, idle_timeout=args.idle_timeout,
-            ping_interval=args.ping_interval or None, ping_timeout=args.ping_timeout or None,
-            max_action_chars=args.max_action_chars, step_in_thread=args.step_in_thread,
+            env_id=args.env_id,
+            options=parse_options(args.options),
+            host=args.host,
+            port=args.port,
+            max_sessions=args.max_sessions,
+            idle_timeout=args.idle_timeout,
+            ping_interval=args.ping_interval or None,
+            ping_timeout=args.ping_timeout or None,
+            max_action_chars=args.max_action_chars,
+            step_in_thread=args.step_in_thread,
         )
         app = create_app(config)
     except (gym.error.Error, Error) as error:
         sys.exit(f"llmgym-serve: {error}")
-    print(f"llmgym-serve: {config.env_id} on ws://{config.host}:{config.port}/ws "
-          f"(max {config.max_sessions} sessions, idle timeout {config.idle_timeout:g} s)", flush=True)
+    print(
+        f"llmgym-serve: {config.env_id} on ws://{config.host}:{config.port}/ws "
+        f"(max {config.max_sessions} sessions, idle timeout {config.idle_timeout:g} s)",
+        flush=True,
+    )
     uvicorn.run(
-        app, host=config.host, port=config.port, log_level=args.log_level,
-        ws_ping_interval=config.ping_interval, ws_ping_timeout=config.ping_timeout,
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=args.log_level,
+        ws_ping_interval=config.ping_interval,
+        ws_ping_timeout=config.ping_timeout,
         # Frames up to 4 bytes a character pass the socket, so an over-long action is answered
         # with ACTION_TOO_LONG instead of a dropped connection.
         ws_max_size=4 * config.max_action_chars + 65_536,

@@ -54,16 +54,20 @@ def make_training_env(env_id: str, options: dict[str, Any] | None = None) -> gym
     return gym.make(env_id, **kwargs)
 
 
-def _tool(name: str, doc: str, parameter: str, annotation: Any, play: Callable[[Any, str], str]) -> Callable[..., str]:
-    """A method ``name(self, <parameter>: annotation) -> str`` whose docstring TRL reads as the tool schema."""
+def _tool(
+    name: str, doc: str, parameter: str, annotation: Any, play: Callable[[Any, str], str]
+) -> Callable[..., str]:
+    """A method ``name(self, <parameter>: annotation) -> str``; TRL reads its docstring as the tool schema."""
 
     def method(self: Any, *args: Any, **kwargs: Any) -> str:
         bound = signature.bind(self, *args, **kwargs)
         return play(self, bound.arguments[parameter])
 
     signature = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-         inspect.Parameter(parameter, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation)],
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter(parameter, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotation),
+        ],
         return_annotation=str,
     )
     method.__name__ = method.__qualname__ = name
@@ -101,9 +105,16 @@ class _Episode:
         observation, reward, terminated, truncated, info = self._env.step(completion)
         self._total_reward += float(reward)
         self._done = bool(terminated or truncated)
-        self.transcript.append({"action": completion, "observation": observation, "reward": float(reward),
-                                "terminated": terminated, "truncated": truncated,
-                                "success": bool(info.get("success"))})
+        self.transcript.append(
+            {
+                "action": completion,
+                "observation": observation,
+                "reward": float(reward),
+                "terminated": terminated,
+                "truncated": truncated,
+                "success": bool(info.get("success")),
+            }
+        )
         return observation + (f"\n{ENDED}" if self._done else "")
 
 
@@ -114,7 +125,7 @@ def _tools_for(env: gym.Env) -> dict[str, Callable[..., str]]:
         methods = {}
         for schema in unwrapped.tool_schemas():
             function = schema["function"]
-            (parameter, spec), = function["parameters"]["properties"].items()
+            ((parameter, spec),) = function["parameters"]["properties"].items()
             doc = f"{function['description']}\n\nArgs:\n    {parameter}: {spec.get('description', parameter)}"
 
             def play(self: Any, value: str, tool_name: str = function["name"], key: str = parameter) -> str:
@@ -123,19 +134,36 @@ def _tools_for(env: gym.Env) -> dict[str, Callable[..., str]]:
 
             methods[function["name"]] = _tool(function["name"], doc, parameter, str, play)
         methods["answer"] = _tool(
-            "answer", "Give the final answer to the question; this ends the episode.\n\nArgs:\n"
-            "    answer: The final answer, exactly as asked for.", "answer", str,
-            lambda self, value: self._play(f"<answer>{value}</answer>"))
+            "answer",
+            "Give the final answer to the question; this ends the episode.\n\nArgs:\n"
+            "    answer: The final answer, exactly as asked for.",
+            "answer",
+            str,
+            lambda self, value: self._play(f"<answer>{value}</answer>"),
+        )
         return methods
     names = getattr(unwrapped, "action_names", None)
     if names:  # grid games: one move per call
         listed = ", ".join(names)
-        return {"move": _tool(
-            "move", f"Make one move in the puzzle and see the new state.\n\nArgs:\n    direction: One of {listed}.",
-            "direction", Literal[tuple(names)], lambda self, value: self._play(f"<answer>{value}</answer>"))}
-    return {"answer": _tool(  # math and other single-answer tasks
-        "answer", "Submit the final answer to the problem.\n\nArgs:\n    answer: The final answer, e.g. 42 or 3/4.",
-        "answer", str, lambda self, value: self._play(f"<answer>{value}</answer>"))}
+        return {
+            "move": _tool(
+                "move",
+                "Make one move in the puzzle and see the new state.\n\n"
+                f"Args:\n    direction: One of {listed}.",
+                "direction",
+                Literal[tuple(names)],
+                lambda self, value: self._play(f"<answer>{value}</answer>"),
+            )
+        }
+    return {
+        "answer": _tool(  # math and other single-answer tasks
+            "answer",
+            "Submit the final answer to the problem.\n\nArgs:\n    answer: The final answer, e.g. 42 or 3/4.",
+            "answer",
+            str,
+            lambda self, value: self._play(f"<answer>{value}</answer>"),
+        )
+    }
 
 
 def environment_factory(env_id: str, *, options: dict[str, Any] | None = None) -> type:
@@ -155,8 +183,16 @@ def environment_factory(env_id: str, *, options: dict[str, Any] | None = None) -
     tools = _tools_for(probe)
     probe.close()
     name = env_id.split("/")[-1].replace("-", "_") + "_Env"
-    return type(name, (_Episode,), {"env_id": env_id, "options": dict(options or {}), **tools,
-                                    "__doc__": f"{env_id} for TRL's environment_factory; tools: {', '.join(tools)}."})
+    return type(
+        name,
+        (_Episode,),
+        {
+            "env_id": env_id,
+            "options": dict(options or {}),
+            **tools,
+            "__doc__": f"{env_id} for TRL's environment_factory; tools: {', '.join(tools)}.",
+        },
+    )
 
 
 def seed_dataset(
@@ -168,7 +204,8 @@ def seed_dataset(
         from datasets import Dataset
     except ImportError as missing:
         raise DependencyNotInstalled(
-            f"seed_dataset needs the datasets package ({missing}). Install it with: pip install 'llmgym[integrations]'"
+            f"seed_dataset needs the datasets package ({missing}). "
+            "Install it with: pip install 'llmgym[integrations]'"
         ) from missing
     if num_levels < 1:
         raise InvalidOptionError(f"num_levels must be >= 1, got {num_levels}.")

@@ -35,7 +35,8 @@ try:
     import verifiers.v1 as vf
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise DependencyNotInstalled(
-        f"llmgym.integrations.verifiers needs verifiers 0.4 ({missing}). Install it with: pip install 'verifiers==0.4.0'"
+        f"llmgym.integrations.verifiers needs verifiers 0.4 ({missing}). "
+        "Install it with: pip install 'llmgym[integrations]'"
     ) from missing
 
 
@@ -78,8 +79,13 @@ class LlmgymTaskset(vf.Taskset[LlmgymTask, LlmgymTasksetConfig]):
                     name=f"{config.env_id}#{record['index']}",
                     prompt=None,  # the env speaks first: its observation opens the exchange
                     system_prompt=info.get("system_prompt"),
-                    info={"env_id": config.env_id, "options": config.options, "level": record["level"],
-                          "index": record["index"], "optimal_steps": record.get("optimal_steps")},
+                    info={
+                        "env_id": config.env_id,
+                        "options": config.options,
+                        "level": record["level"],
+                        "index": record["index"],
+                        "optimal_steps": record.get("optimal_steps"),
+                    },
                 ),
                 config.task,
             )
@@ -114,8 +120,13 @@ class LlmgymEnv(vf.Env[LlmgymEnvConfig]):
         trace.info.update(success=success, steps=steps, level_index=info["index"])
 
 
-def load_environment(env_id: str = "llmgym/FrozenLake-v0", num_levels: int | None = None,
-                     harness: str = "null", runtime: str = "subprocess", **options: Any) -> LlmgymEnv:
+def load_environment(
+    env_id: str = "llmgym/FrozenLake-v0",
+    num_levels: int | None = None,
+    harness: str = "null",
+    runtime: str = "subprocess",
+    **options: Any,
+) -> LlmgymEnv:
     """A verifiers environment playing ``env_id``'s eval levels; ``options`` go to ``gym.make``.
 
     ``harness="null"`` is verifiers' plain chat program (no tools, no sandbox): the model answers

@@ -1,4 +1,6 @@
-"""``vf-eval`` with llmgym's taskset registered: ``python -m llmgym.integrations.vf_eval llmgym [vf-eval options]``.
+"""``vf-eval`` with llmgym's taskset registered.
+
+    python -m llmgym.integrations.vf_eval llmgym [vf-eval options]
 
 verifiers 0.4 finds a taskset by a top-level module name or under ``verifiers.v1.tasksets``; importing
 :mod:`llmgym.integrations.verifiers` registers it there as ``llmgym``, then verifiers' own CLI runs.
