@@ -309,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-action-chars", type=int, default=defaults.max_action_chars)
     parser.add_argument("--step-in-thread", choices=["auto", "yes", "no"], default=defaults.step_in_thread)
     parser.add_argument(
+        "--ws-impl",
+        default="websockets-sansio",
+        choices=["websockets-sansio", "websockets"],
+        help="uvicorn's WebSocket implementation",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
     return parser
@@ -348,6 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         host=config.host,
         port=config.port,
         log_level=args.log_level,
+        ws=args.ws_impl,
         ws_ping_interval=config.ping_interval,
         ws_ping_timeout=config.ping_timeout,
         # Frames up to 4 bytes a character pass the socket, so an over-long action is answered
