@@ -83,6 +83,7 @@ def test_trl_adapter_trains_on_the_train_split_where_there_is_one() -> None:
         assert made["split"] == "train"
 
 
+@pytest.mark.slow
 def test_grpo_trainer_runs_two_steps_on_llmgym_episodes(tmp_path) -> None:
     trl = pytest.importorskip("trl")
     from llmgym_train.testing import tiny_model
@@ -207,6 +208,7 @@ def scripted_endpoint(replies: dict[str, str], calls: list[dict]):
     return app
 
 
+@pytest.mark.slow
 def test_verifiers_evaluates_the_eval_set_and_the_solver_scores_one(tmp_path, monkeypatch) -> None:
     import asyncio
     import os

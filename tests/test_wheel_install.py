@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 #: What the env core and the console scripts' --help need, and nothing more.
 RUNTIME = ["gymnasium==1.4.0", "numpy", "cloudpickle", "typing_extensions", "farama-notifications"]
@@ -74,6 +76,7 @@ def run(command: list[str], cwd: Path, timeout: int = 300) -> subprocess.Complet
     return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_wheel_in_a_fresh_venv_runs_its_entry_points_and_a_packaged_eval_level(tmp_path: Path) -> None:
     source = tmp_path / "source"
     skip = shutil.ignore_patterns(
