@@ -87,3 +87,17 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ``" Did you mean 'x'?"`` for the closest choice, or ``""`` when none is close."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+class RemoteEnvError(Error, RuntimeError):
+    """A served env (``llmgym-serve``) answered a request with an error; ``code`` says which kind.
+
+    Codes: ``RESET_NEEDED``, ``EPISODE_ENDED``, ``ACTION_TOO_LONG``, ``INVALID_JSON``,
+    ``VALIDATION_ERROR``, ``UNKNOWN_TYPE``, ``UNKNOWN_ENV_ID``, ``CAPACITY_REACHED``,
+    ``ENV_ERROR`` (the env refused the request), ``EXECUTION_ERROR`` (the env raised),
+    ``CONNECTION_LOST``.
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code

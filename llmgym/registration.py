@@ -18,13 +18,18 @@ NAMESPACE = "llmgym"
 
 @dataclass(frozen=True)
 class EnvEntry:
-    """One registered id: ``name`` (without namespace), entry point and default kwargs."""
+    """One registered id: ``name`` (without namespace), entry point and default kwargs.
+
+    ``remote`` marks an id that plays an env served elsewhere: it needs a server's ``url`` to be
+    made, so :func:`env_ids` (the ids conformance tests and eval sets run over) leaves it out.
+    """
 
     name: str
     entry_point: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     #: Levels in the id's frozen eval set (fewer than 200 where the level space is small).
     eval_set_size: int = 200
+    remote: bool = False
 
     @property
     def id(self) -> str:
@@ -86,6 +91,8 @@ ENTRIES: list[EnvEntry] = [
              {"game": "ConnectFour", "opponent": "minimax", "minimax_depth": 4, "opening_plies": 2}),
     EnvEntry("PrisonersDilemma-vs-titfortat-v0",
              "llmgym.multiagent.prisoners_dilemma:PrisonersDilemmaVersusEnv", {"opponent": "titfortat"}),
+    # --- an env served by llmgym-serve (gym.make("llmgym/Remote-v0", url=..., env_id=...)); no eval set
+    EnvEntry("Remote-v0", "llmgym.integrations.remote:RemoteEnv", remote=True),
 ]
 
 
@@ -102,6 +109,6 @@ def register_all() -> None:
         )
 
 
-def env_ids() -> list[str]:
-    """Every registered llmgym id, in registration order."""
-    return [entry.id for entry in ENTRIES]
+def env_ids(*, include_remote: bool = False) -> list[str]:
+    """Every registered llmgym id, in registration order; the remote id only with ``include_remote``."""
+    return [entry.id for entry in ENTRIES if include_remote or not entry.remote]

@@ -1,0 +1,108 @@
+"""The wire format of ``llmgym-serve``: OpenEnv's WebSocket messages, with Gymnasium's step result.
+
+Pure functions and constants, shared by the server (:mod:`llmgym.integrations.serve`) and the
+client (:mod:`llmgym.integrations.remote`); no third-party import.
+
+A client sends one JSON object per text frame: ``{"type": "reset" | "step" | "state" | "close",
+"data": {...}}``. The server answers each one (``close`` excepted) with one frame:
+
+* ``{"type": "observation", "data": {"observation": {"text", "terminated", "truncated", "info"},
+  "reward", "done"}}`` after ``reset`` (``reward`` is ``None``) and ``step``;
+* ``{"type": "state", "data": {...}}`` after ``state``;
+* ``{"type": "error", "data": {"message", "code"}}`` when the request cannot be served.
+
+This is OpenEnv's envelope (its ``GenericEnvClient`` reads ``observation``, ``reward`` and
+``done``); Gymnasium's ``terminated`` and ``truncated`` travel apart inside the observation,
+beside the step's ``info`` made JSON-safe by :func:`json_safe`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+#: Keys a ``reset`` message's data may hold (``episode_id`` is OpenEnv's; it is echoed in ``state``).
+RESET_KEYS = frozenset({"seed", "options", "episode_id"})
+#: Keys a ``step`` message's data may hold (``metadata`` is OpenEnv's ``Action`` field; it is ignored).
+STEP_KEYS = frozenset({"text", "metadata"})
+
+ACTION_SCHEMA: dict[str, Any] = {
+    "title": "TextAction",
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The model's completion, played as one env step."},
+        "metadata": {"type": "object", "description": "Ignored (OpenEnv's Action field)."},
+    },
+    "required": ["text"],
+}
+OBSERVATION_SCHEMA: dict[str, Any] = {
+    "title": "TextObservation",
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The next user turn."},
+        "terminated": {"type": "boolean", "description": "Gymnasium's terminated: the task ended."},
+        "truncated": {"type": "boolean", "description": "Gymnasium's truncated: a limit cut the episode."},
+        "info": {"type": "object", "description": "The step's info dict, JSON-safe."},
+    },
+    "required": ["text", "terminated", "truncated", "info"],
+}
+STATE_SCHEMA: dict[str, Any] = {
+    "title": "SessionState",
+    "type": "object",
+    "properties": {
+        "episode_id": {"type": ["string", "null"]},
+        "step_count": {"type": "integer"},
+        "env_id": {"type": "string"},
+        "seed": {"type": ["integer", "null"]},
+        "started": {"type": "boolean"},
+        "done": {"type": "boolean"},
+    },
+}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as plain JSON types: NumPy scalars and arrays, tuples, sets and dataclasses unwrapped,
+    keys made strings, non-finite floats as ``None``, anything else as its ``repr``."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((json_safe(item) for item in value), key=repr)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_safe(dataclasses.asdict(value))
+    tolist = getattr(value, "tolist", None)  # NumPy scalars and arrays, without importing NumPy here
+    if callable(tolist):
+        return json_safe(tolist())
+    return repr(value)
+
+
+def observation_message(
+    text: str, reward: float | None, terminated: bool, truncated: bool, info: dict[str, Any]
+) -> dict[str, Any]:
+    """The answer to a ``reset`` (``reward=None``) or a ``step``."""
+    return {
+        "type": "observation",
+        "data": {
+            "observation": {
+                "text": text,
+                "terminated": bool(terminated),
+                "truncated": bool(truncated),
+                "info": json_safe(info),
+            },
+            "reward": None if reward is None else json_safe(float(reward)),
+            "done": bool(terminated or truncated),
+        },
+    }
+
+
+def error_message(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "error", "data": {"message": message, "code": code, **json_safe(extra)}}
