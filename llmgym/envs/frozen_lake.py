@@ -86,6 +86,7 @@ class FrozenLakeEnv(TextEnv):
     """
 
     action_names = ACTIONS
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
     format_hint = "Put one action (Left, Down, Right or Up) inside <answer>...</answer>."
 
     def __init__(
@@ -224,6 +225,11 @@ class FrozenLakeEnv(TextEnv):
 
     def solution(self) -> list[str] | None:
         return shortest_path(self._rows, self._position)
+
+    def _render_rgb(self) -> np.ndarray:
+        from llmgym.render import frozen_lake
+
+        return frozen_lake(self._rows, self._position)
 
     # ------------------------------------------------------------------ internals
     def _set_map(self, rows: list[str]) -> None:

@@ -119,6 +119,7 @@ class SokobanEnv(TextEnv):
     """
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
     format_hint = "Put one action (Up, Down, Left or Right) inside <answer>...</answer>."
 
     def __init__(
@@ -269,6 +270,11 @@ class SokobanEnv(TextEnv):
         """Action names of a fewest-moves solution from the current position (exact, no budget)."""
         boxes = [cell for cell, box in enumerate(self._has_box) if box]
         return self._get_solver().plan(self._player, boxes)
+
+    def _render_rgb(self) -> Any:
+        from llmgym.render import sokoban
+
+        return sokoban(self.level_xsb())
 
     # ------------------------------------------------------------------ internals
     def _on_solution(self, level: Level, rng: Any) -> Level:
