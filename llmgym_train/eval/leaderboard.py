@@ -6,11 +6,16 @@ episode planner lists them (:func:`llmgym_train.planner.eval_set_levels`, for ev
 run seed, the level's seed and the sample index, and gives the agent a generator from the
 same triple: rerunning a row reproduces every episode, whatever else ran beside it.
 
-One command writes three files next to each other (default ``benchmarks/results/``):
+One command writes four files next to each other (default ``benchmarks/results/``):
 
 * ``leaderboard.md``: the Markdown table (paste it into a README);
-* ``leaderboard.json``: provenance, settings, summaries and every episode's outcome;
-* ``leaderboard.png``: success rates with their 95% intervals.
+* ``leaderboard.json``: provenance, settings, summaries and every episode's outcome, with the
+  first ``--record-episodes`` episodes of each row played turn by turn (completions, rewards,
+  observations and the level);
+* ``leaderboard.png``: success rates with their 95% intervals;
+* ``leaderboard.html``: a self-contained report (:mod:`llmgym_train.eval.report`): the table,
+  a plot per env family, and the recorded episodes to step through, with pictures of the grid
+  games' states.
 
 A run folder of ``llmgym-train`` (``checkpoint:<run>``) plays as the run's own evaluation
 does, through :func:`llmgym_train.eval.policy.evaluate_policy`: its agent, response prefix,
@@ -64,6 +69,8 @@ class LeaderboardConfig:
         output_dir: where ``leaderboard.{md,json,png}`` go.
         merge: keep the rows of an existing ``leaderboard.json`` that this run does not redo.
         progress: show a progress bar over episodes.
+        record_episodes: the first this many episodes of each row keep their turns (completions,
+            rewards, observations) and level in the JSON, for the HTML report's replays.
     """
 
     agents: tuple[str, ...] = ("random", "optimal", "sb3-ppo")
@@ -76,6 +83,7 @@ class LeaderboardConfig:
     output_dir: Path = RESULTS_DIR
     merge: bool = False
     progress: bool = True
+    record_episodes: int = 3
 
     def __post_init__(self) -> None:
         if not self.agents:
@@ -88,6 +96,8 @@ class LeaderboardConfig:
             raise InvalidOptionError(f"limit must be >= 1 or None (every level), got {self.limit}.")
         if self.samples < 1:
             raise InvalidOptionError(f"samples must be >= 1, got {self.samples}.")
+        if self.record_episodes < 0:
+            raise InvalidOptionError(f"record_episodes must be >= 0 (0 records none), got {self.record_episodes}.")
         if self.max_turns is not None and self.max_turns < 1:
             raise InvalidOptionError(
                 f"max_turns must be >= 1 or None (the env's default), got {self.max_turns}."
@@ -151,6 +161,12 @@ class EpisodeResult:
     difficulty: str | None = None
     #: The texts played each turn, where the row keeps them (rows of runs: their one-token choices).
     actions: list[str] | None = None
+    #: Recorded episodes: each turn's reward.
+    rewards: list[float] | None = None
+    #: Recorded episodes: the first observation, then the one after each turn (cut at ``OBSERVATION_CHARS``).
+    observations: list[str] | None = None
+    #: Recorded episodes: the level played (the eval set's ``level``), so a replay needs no eval set.
+    level: Any = None
 
 
 def summarize(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, Any]:
@@ -185,6 +201,10 @@ def _pass_at_ks(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, fl
 
 
 # ---------------------------------------------------------------------- playing
+#: A recorded observation is cut after this many characters.
+OBSERVATION_CHARS = 2000
+
+
 class _Episode:
     """One live episode: its env (with chat history), seeds and running totals.
 
@@ -192,7 +212,7 @@ class _Episode:
     the level through its reset options, so samples of a level differ by their env's RNG only.
     """
 
-    def __init__(self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int) -> None:
+    def __init__(self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int, record: bool = False) -> None:
         self.env = env
         seeds = np.random.SeedSequence([run_seed, level.seed, sample])
         env_seed = int(seeds.generate_state(1, dtype=np.uint32)[0])
@@ -204,16 +224,23 @@ class _Episode:
             optimal_steps=level.optimal_steps,
             difficulty=level.difficulty,
         )
-        env.reset(seed=env_seed, options=level.options)
+        observation, _ = env.reset(seed=env_seed, options=level.options)
         self.done = False
+        if record:
+            result = self.result
+            result.actions, result.rewards, result.observations = [], [], [observation[:OBSERVATION_CHARS]]
 
     def turn(self) -> Turn:
         env: Any = self.env.unwrapped
         return Turn(env=env, messages=self.env.messages, rng=self.rng, number=self.result.turns)
 
     def step(self, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        _, reward, terminated, truncated, info = self.env.step(text)
+        observation, reward, terminated, truncated, info = self.env.step(text)
         result = self.result
+        if result.observations is not None:
+            result.actions.append(text)  # type: ignore[union-attr]
+            result.rewards.append(float(reward))  # type: ignore[union-attr]
+            result.observations.append(observation[:OBSERVATION_CHARS])
         result.turns += 1
         result.episode_return += float(reward)
         result.invalid_actions += not info["action_is_valid"]
@@ -241,9 +268,10 @@ def play(
     env_options = {} if config.max_turns is None else {"max_turns": config.max_turns}
     episodes = [
         _Episode(
-            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), level, sample, config.seed
+            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), level, sample, config.seed,
+            record=index * config.samples + sample < config.record_episodes,
         )
-        for level in levels
+        for index, level in enumerate(levels)
         for sample in range(config.samples)
     ]
     live = list(episodes)
@@ -313,9 +341,14 @@ def evaluate(
             name: summarize([e for e in episodes if e.difficulty == name], config.samples)
             for name in difficulties
         }
-    # Rows that keep no actions write none: their episodes read as they always have.
+    for index, episode in enumerate(episodes[: config.record_episodes]):
+        level = levels[index // config.samples].options
+        if episode.actions is not None and level is not None:
+            episode.level = level.get("level")
+    # Episodes that keep no turns write none of those keys: they read as they always have.
+    optional = {"actions", "rewards", "observations", "level"}
     row["episodes"] = [
-        {key: value for key, value in asdict(episode).items() if key != "actions" or value is not None}
+        {key: value for key, value in asdict(episode).items() if key not in optional or value is not None}
         for episode in episodes
     ]
     return row
@@ -480,13 +513,16 @@ def to_json(document: dict[str, Any]) -> str:
 
 
 def write(document: dict[str, Any], output_dir: Path) -> dict[str, Path]:
-    """Write ``leaderboard.{json,md,png}`` into ``output_dir``; returns their paths."""
+    """Write ``leaderboard.{json,md,png,html}`` into ``output_dir``; returns their paths."""
+    from llmgym_train.eval.report import write_report
+
     output_dir.mkdir(parents=True, exist_ok=True)
-    paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png")}
+    paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png", "html")}
     document = portable(document)
     paths["json"].write_text(to_json(document))
     paths["md"].write_text(markdown(document))
     chart(document, paths["png"])
+    write_report(document, paths["html"])
     return paths
 
 
@@ -515,6 +551,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
     parser.add_argument("--merge", action="store_true",
                         help="keep other rows of an existing leaderboard.json")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--record-episodes", type=int, default=LeaderboardConfig.record_episodes,
+                        help="episodes per row kept turn by turn for the HTML report's replays (0: none)")
     args = parser.parse_args(argv)
     sampling = Sampling(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, history=args.history,
@@ -532,6 +570,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
         output_dir=args.output_dir,
         merge=args.merge,
         progress=not args.no_progress,
+        record_episodes=args.record_episodes,
     )
 
 
