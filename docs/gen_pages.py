@@ -239,9 +239,11 @@ def headline_rows(document: dict[str, Any]) -> list[list[str]]:
     return lines
 
 
+HEADLINE_HEADER = ["id", "best trained checkpoint", "base model", "classic RL", "random", "optimal", "eval levels"]
+
+
 def readme_block(document: dict[str, Any]) -> str:
-    header = ["id", "best trained SmolLM2-135M", "base model", "classic RL", "random", "optimal", "eval levels"]
-    return f"{README_BEGIN}\n\n{table(header, headline_rows(document))}\n{README_END}"
+    return f"{README_BEGIN}\n\n{table(HEADLINE_HEADER, headline_rows(document))}\n{README_END}"
 
 
 def update_readme(document: dict[str, Any], readme: Path = ROOT / "README.md") -> bool:
@@ -265,9 +267,7 @@ def generate() -> list[Path]:
     write(GENERATED / "learning_curves.md", learning_curves(), "benchmarks/results/learning_curve*.json")
     write(GENERATED / "throughput.md", figures_page(THROUGHPUT), "benchmarks/results/*throughput*.json and others")
     write(GENERATED / "leaderboard.md", leaderboard_table(ordered_rows(document)), "benchmarks/results/leaderboard*.json")
-    write(GENERATED / "headline.md", table(
-        ["id", "best trained SmolLM2-135M", "base model", "classic RL", "random", "optimal", "eval levels"],
-        headline_rows(document)), "benchmarks/results/leaderboard*.json")
+    write(GENERATED / "headline.md", table(HEADLINE_HEADER, headline_rows(document)), "benchmarks/results/leaderboard*.json")
     write(GENERATED / "other_results.md", figures_page(
         sorted(path.name for path in RESULTS.glob("*.json")
                if not path.name.startswith(("learning_curve", "leaderboard")) and path.name not in THROUGHPUT)),

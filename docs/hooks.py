@@ -9,7 +9,6 @@ the HTML the theme, the API reference and the generated report add.
 from __future__ import annotations
 
 import importlib.util
-import re
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
