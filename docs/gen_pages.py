@@ -30,12 +30,11 @@ from llmgym.eval_sets import has_eval_set, load_eval_set  # noqa: E402
 from llmgym.render import png_bytes  # noqa: E402
 from llmgym_train.eval.report import (  # noqa: E402
     FAMILIES,
-    TABLE_HEADER,
     agent_kind,
     family_of,
     merge_documents,
     ordered_rows,
-    row_cells,
+    table_rows,
     write_report,
 )
 
@@ -174,7 +173,8 @@ def leaderboard_document() -> dict[str, Any]:
 
 
 def leaderboard_table(rows: list[dict[str, Any]]) -> str:
-    return table(TABLE_HEADER, ([cell.replace("|", "\\|") for cell in row_cells(row)] for row in rows))
+    header, cells = table_rows(rows)
+    return table(header, ([cell.replace("|", "\\|") for cell in row] for row in cells))
 
 
 # ---------------------------------------------------------------------- env pages

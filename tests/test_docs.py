@@ -109,17 +109,42 @@ def test_hand_written_pages_type_no_figures_into_tables():
 
 
 def test_every_number_in_a_generated_results_table_is_in_a_results_json():
+    from llmgym_train.eval.report import row_cells, row_notes
+
     gen = _gen_pages()
     document = gen.leaderboard_document()
     figures = set()
     for row in document["results"]:
-        for cell in gen.row_cells(row)[3:]:
+        for cell in [*row_cells(row)[3:], row_notes(row)]:
             figures.update(re.findall(r"\d+(?:\.\d+)?", cell))
     text = gen.leaderboard_table(gen.ordered_rows(document))
     for line in text.splitlines()[2:]:
         cells = [cell.strip() for cell in line.strip("|").split("|")][3:]
         for number in re.findall(r"\d+(?:\.\d+)?", " ".join(cells)):
             assert number in figures
+
+
+def test_generators_show_whatever_keys_a_results_json_holds(tmp_path: Path):
+    """New keys (a train/test split's ``eval_levels_trained_on``, ``teacher``) appear without a code change."""
+    import json
+
+    gen = _gen_pages()
+    gen.RESULTS, gen.GENERATED = tmp_path / "results", tmp_path / "generated"
+    gen.RESULTS.mkdir()
+    curve = {"commit": "abc", "env_id": "llmgym/FrozenLake-v1", "seeds": [0, 1], "eval_success_after": [0.25, 0.5],
+             "eval_levels_trained_on": [0, 0], "teacher": ["none", "solver"], "eval_success_after_mean": 0.375,
+             "a_new_block": {"figure": 7.5}}
+    (gen.RESULTS / "learning_curve_Test-v0.json").write_text(json.dumps(curve))
+    page = gen.learning_curves()
+    assert "`eval_levels_trained_on`" in page and "`teacher`" in page and "solver" in page
+    assert "| 1 | 1 | 0.5 | 0 | solver |" in page
+    assert "`eval_success_after_mean` | 0.375" in page and "`a_new_block.figure` | 7.5" in page
+    row = {"agent": "checkpoint:runs/x", "env_id": "llmgym/FrozenLake-v1", "levels": 4, "eval_set_size": 200,
+           "samples": 1, "summary": {"success_rate": 0.5, "success_ci95": [0.15, 0.85], "mean_return": 0.5,
+                                     "mean_turns": 4.0, "invalid_action_rate": 0.0},
+           "agent_settings": {"teacher": "solver"}, "provenance": {"eval_levels_trained_on": 0}}
+    table = gen.leaderboard_table([row])
+    assert "training |" in table.splitlines()[0] and "eval_levels_trained_on: 0; teacher: solver" in table
 
 
 # ---------------------------------------------------------------------- the site

@@ -461,39 +461,44 @@ def _table_row(row: dict[str, Any], show_pass: bool) -> list[str]:
 
 
 def chart(document: dict[str, Any], path: Path) -> Path:
-    """Grouped horizontal bars of success rate with Wilson 95% intervals, one group per env."""
+    """Success rates with Wilson 95% intervals: one panel per env family, each id's rows side by side.
+
+    Rows are ordered and coloured by kind (trained, base model, classic RL, random, optimal), as
+    in the HTML report (:mod:`llmgym_train.eval.report`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    env_ids = sorted({row["env_id"] for row in document["results"]})
-    agents = sorted({row["agent"] for row in document["results"]})
-    by_pair = {(row["env_id"], row["agent"]): row["summary"] for row in document["results"]}
-    height = 0.8 / max(len(agents), 1)
-    figure, axes = plt.subplots(figsize=(10, 1.2 + 0.9 * len(env_ids)))
-    for slot, agent in enumerate(agents):
-        positions, rates, errors = [], [], [[], []]
-        for index, env_id in enumerate(env_ids):
-            summary = by_pair.get((env_id, agent))
-            if summary is None:
-                continue
-            rate = summary["success_rate"]
-            low, high = summary["success_ci95"]
-            positions.append(index + slot * height)
-            rates.append(100 * rate)
-            errors[0].append(100 * max(rate - low, 0.0))  # max: rounding at 0% and 100%
-            errors[1].append(100 * max(high - rate, 0.0))
-        axes.barh(positions, rates, height=height, xerr=errors, capsize=2, label=agent)
-    axes.set_yticks([index + height * (len(agents) - 1) / 2 for index in range(len(env_ids))])
-    axes.set_yticklabels([env_id.removeprefix("llmgym/") for env_id in env_ids])
-    axes.invert_yaxis()
-    axes.set_xlim(0, 100)
-    axes.set_xlabel("success rate % (Wilson 95% interval)")
-    axes.set_title("llmgym leaderboard")
-    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    from llmgym_train.eval.report import KINDS, agent_kind, family_of, ordered_rows, short_agent
+
+    families: dict[str, list[dict[str, Any]]] = {}
+    for row in ordered_rows(document):
+        families.setdefault(family_of(row["env_id"]), []).append(row)
+    sizes = [len(rows) for rows in families.values()] or [1]
+    figure, axes_list = plt.subplots(
+        len(sizes), 1, figsize=(10, 1.0 + 0.28 * sum(sizes) + 0.6 * len(sizes)),
+        gridspec_kw={"height_ratios": sizes}, squeeze=False,
+    )
+    for axes, (family, rows) in zip(axes_list[:, 0], families.items() or [("", [])], strict=True):
+        for position, row in enumerate(rows):
+            rate = row["summary"]["success_rate"]
+            low, high = row["summary"]["success_ci95"]
+            errors = [[100 * max(rate - low, 0.0)], [100 * max(high - rate, 0.0)]]  # max: rounding at 0% and 100%
+            axes.barh(position, 100 * rate, xerr=errors, capsize=2, color=KINDS[agent_kind(row["agent"])])
+        axes.set_yticks(range(len(rows)))
+        axes.set_yticklabels(
+            [f"{row['env_id'].removeprefix('llmgym/')}  {short_agent(row['agent'])}" for row in rows], fontsize="small"
+        )
+        axes.invert_yaxis()
+        axes.set_xlim(0, 100)
+        axes.set_title(family, loc="left", fontsize="medium")
+    axes_list[-1, 0].set_xlabel("success rate % (Wilson 95% interval)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in KINDS.values()]
+    figure.legend(handles, list(KINDS), loc="upper right", ncol=len(KINDS), fontsize="small")
+    figure.tight_layout(rect=(0, 0, 1, 0.97))
+    figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
 

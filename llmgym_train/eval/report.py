@@ -71,6 +71,20 @@ def agent_kind(agent: str) -> str:
     return agent if agent in ("random", "optimal") else "other"
 
 
+def short_agent(agent: str, width: int = 40) -> str:
+    """A label for plots: the spec's kind prefix kept, a long path cut to its last parts."""
+    if len(agent) <= width:
+        return agent
+    prefix, _, rest = agent.partition(":") if agent.count(":") == 1 else ("", "", agent)
+    parts = rest.rstrip("/").split("/")
+    lead = f"{prefix}:..." if prefix else "..."
+    for count in (2, 1):
+        label = lead + "/" + "/".join(parts[-count:])
+        if len(label) <= width:
+            return label
+    return lead + parts[-1][-(width - len(lead)):]
+
+
 def merge_documents(documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """One leaderboard from several: every row, a later document's row replacing an earlier one of the same (agent, env)."""
     merged: dict[tuple[str, str], dict[str, Any]] = {}
@@ -123,6 +137,26 @@ def row_cells(row: dict[str, Any]) -> list[str]:
 
 
 TABLE_HEADER = ["env", "agent", "kind", "levels", "success % (95% CI)", "return", "turns", "invalid %", "tokens/ep"]
+#: What a trained row says of its training, where it says it (in the row, its settings or provenance).
+NOTE_KEYS = ("eval_levels_trained_on", "teacher")
+
+
+def row_notes(row: dict[str, Any]) -> str:
+    """``key: value`` of the row's :data:`NOTE_KEYS`, as far as the row records them ("" when none)."""
+    notes = []
+    for key in NOTE_KEYS:
+        for place in (row, row.get("agent_settings") or {}, row.get("provenance") or {}):
+            if isinstance(place, dict) and key in place:
+                notes.append(f"{key}: {place[key]}")
+                break
+    return "; ".join(notes)
+
+
+def table_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of a leaderboard table; a ``training`` column where any row records :data:`NOTE_KEYS`."""
+    noted = any(row_notes(row) for row in rows)
+    header = TABLE_HEADER + (["training"] if noted else [])
+    return header, [row_cells(row) + ([row_notes(row) or "-"] if noted else []) for row in rows]
 
 
 # ---------------------------------------------------------------------- plots
@@ -141,7 +175,7 @@ def family_chart(rows: Sequence[dict[str, Any]]) -> str:
         rate = row["summary"]["success_rate"]
         low, high = row["summary"]["success_ci95"]
         color = KINDS[agent_kind(row["agent"])]
-        agent = row["agent"] if len(row["agent"]) <= 48 else "..." + row["agent"][-45:]
+        agent = short_agent(row["agent"], 48)
         lines += [
             f'<text x="{label_width - 6}" y="{y + 12}" text-anchor="end">{html.escape(agent)}</text>',
             f'<rect x="{label_width}" y="{y + 2}" width="{bar_width * rate:.1f}" height="{bar_height - 4}" fill="{color}"/>',
@@ -345,10 +379,9 @@ def report_html(document: dict[str, Any], title: str = "llmgym leaderboard") -> 
     sections = []
     index = 0
     for family, family_rows in families.items():
-        header = "".join(f"<th>{html.escape(name)}</th>" for name in TABLE_HEADER)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row_cells(row)) + "</tr>" for row in family_rows
-        )
+        names, cells = table_rows(family_rows)
+        header = "".join(f"<th>{html.escape(name)}</th>" for name in names)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in cells)
         episodes = []
         for row in family_rows:
             episodes.append(_row_episodes(index, row))
