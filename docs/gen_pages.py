@@ -28,6 +28,7 @@ import gymnasium as gym  # noqa: E402
 import llmgym  # noqa: E402
 from llmgym.eval_sets import has_eval_set, load_eval_set  # noqa: E402
 from llmgym.render import png_bytes  # noqa: E402
+from llmgym_train.eval.leaderboard import chart  # noqa: E402
 from llmgym_train.eval.report import (  # noqa: E402
     FAMILIES,
     agent_kind,
@@ -208,12 +209,32 @@ def env_page_parts(family: str, slug: str, picture_id: str | None, document: dic
     text = leaderboard_table(rows_here) if rows_here else "No leaderboard rows yet.\n"
     write(GENERATED / f"{slug}_leaderboard.md", text, "benchmarks/results/leaderboard*.json")
 
+    write(GENERATED / f"{slug}_info.md", info_keys(picture_id or ids[0]), "the env, played for one step")
+
     if picture_id is not None:
         env = gym.make(picture_id, render_mode="rgb_array")
         env.reset(seed=0)
         (GENERATED / "pictures").mkdir(parents=True, exist_ok=True)
         (GENERATED / "pictures" / f"{slug}.png").write_bytes(png_bytes(env.render()))
         env.close()
+
+
+def info_keys(env_id: str) -> str:
+    """The ``info`` keys of ``env_id`` at reset and after one step, with their value types, as the env reports them."""
+    env = gym.make(env_id)
+    _, reset_info = env.reset(seed=0)
+    unwrapped: Any = env.unwrapped
+    move = None
+    if hasattr(unwrapped, "valid_actions"):
+        move = unwrapped.valid_actions()[0]
+    elif family_of(env_id) in ("FrozenLake", "Sokoban"):
+        move = unwrapped.solution()[0]
+    _, _, _, _, step_info = env.step(f"<answer>{move}</answer>" if move else "I am not sure.")
+    env.close()
+    keys = list(dict.fromkeys([*reset_info, *step_info]))
+    rows = [[f"`{key}`", "yes" if key in reset_info else "", "yes" if key in step_info else "",
+             type(step_info.get(key, reset_info.get(key))).__name__] for key in keys]
+    return f"Keys of `{env_id}`'s `info`:\n\n" + table(["key", "at reset", "at step", "type"], rows)
 
 
 # ---------------------------------------------------------------------- README
@@ -267,6 +288,7 @@ def generate() -> list[Path]:
     write(GENERATED / "learning_curves.md", learning_curves(), "benchmarks/results/learning_curve*.json")
     write(GENERATED / "throughput.md", figures_page(THROUGHPUT), "benchmarks/results/*throughput*.json and others")
     write(GENERATED / "leaderboard.md", leaderboard_table(ordered_rows(document)), "benchmarks/results/leaderboard*.json")
+    chart(document, GENERATED / "leaderboard.png")
     write(GENERATED / "headline.md", table(HEADLINE_HEADER, headline_rows(document)), "benchmarks/results/leaderboard*.json")
     write(GENERATED / "other_results.md", figures_page(
         sorted(path.name for path in RESULTS.glob("*.json")
