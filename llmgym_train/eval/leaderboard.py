@@ -497,7 +497,9 @@ def chart(document: dict[str, Any], path: Path) -> Path:
     axes_list[-1, 0].set_xlabel("success rate % (Wilson 95% interval)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in KINDS.values()]
     figure.legend(handles, list(KINDS), loc="upper right", ncol=len(KINDS), fontsize="small")
-    figure.tight_layout(rect=(0, 0, 1, 0.97))
+    inches = figure.get_figheight()
+    # Fixed margins (in inches, for any height) instead of tight_layout, which takes seconds here.
+    figure.subplots_adjust(left=0.36, right=0.97, top=1 - 0.55 / inches, bottom=0.55 / inches, hspace=0.9 / (inches / len(sizes)))
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
