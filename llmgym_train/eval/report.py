@@ -26,8 +26,9 @@ from typing import Any
 import gymnasium as gym
 
 import llmgym
-from llmgym.eval_sets import has_eval_set, load_eval_set
+from llmgym.eval_sets import has_eval_set
 from llmgym.render import png_bytes
+from llmgym_train.planner import eval_set_levels
 
 #: Env families in page order: a title and the id prefixes (after ``llmgym/``) it holds.
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -205,9 +206,9 @@ def _level_of(env_id: str, episode: dict[str, Any]) -> Any:
         return episode["level"]
     if not has_eval_set(env_id):
         return None
-    records = load_eval_set(env_id)
+    levels = eval_set_levels(env_id)
     index = episode.get("level_index", -1)
-    return records[index]["level"] if 0 <= index < len(records) else None
+    return (levels[index].options or {}).get("level") if 0 <= index < len(levels) else None
 
 
 def _make_env(row: dict[str, Any], render_mode: str) -> gym.Env[Any, Any]:
