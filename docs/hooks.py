@@ -32,8 +32,11 @@ class _Links(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         for name, value in attrs:
-            if value and ((tag == "a" and name == "href") or (tag in ("img", "script") and name == "src")
-                          or (tag == "link" and name == "href")):
+            if value and (
+                (tag == "a" and name == "href")
+                or (tag in ("img", "script") and name == "src")
+                or (tag == "link" and name == "href")
+            ):
                 self.targets.append(value)
 
 

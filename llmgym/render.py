@@ -109,7 +109,11 @@ def _lake_tiles(size: int) -> np.ndarray:
     hole = _paint(ice.copy(), _disc(size, 0.4), _HOLE)
     goal = _paint(ice.copy(), _square(size, 0.12), _GOAL)
     goal = _paint(goal, _stroke(size, (0.25, 0.35), (0.75, 0.35), 0.08), (250, 250, 250))
-    goal = _paint(goal, _stroke(size, (0.25, 0.35), (0.42, 0.68), 0.08) | _stroke(size, (0.42, 0.68), (0.5, 0.35), 0.08), (250, 250, 250))
+    goal = _paint(
+        goal,
+        _stroke(size, (0.25, 0.35), (0.42, 0.68), 0.08) | _stroke(size, (0.42, 0.68), (0.5, 0.35), 0.08),
+        (250, 250, 250),
+    )
     start = _paint(ice.copy(), _ring(size, 0.3, 0.06), _ICE_EDGE)
     plain = [ice, hole, goal, start]
     with_player = [_person(size, tile.copy(), _PLAYER) for tile in plain]
@@ -130,7 +134,11 @@ def _sokoban_tiles(size: int) -> np.ndarray:
     wall = _paint(wall, mortar, _MORTAR)
     target = _paint(floor.copy(), _ring(size, 0.18, 0.08), _TARGET)
     box = _paint(_paint(floor.copy(), _square(size, 0.1), _BOX_EDGE), _square(size, 0.18), _BOX)
-    box = _paint(box, _stroke(size, (0.22, 0.22), (0.78, 0.78), 0.06) | _stroke(size, (0.22, 0.78), (0.78, 0.22), 0.06), _BOX_EDGE)
+    box = _paint(
+        box,
+        _stroke(size, (0.22, 0.22), (0.78, 0.78), 0.06) | _stroke(size, (0.22, 0.78), (0.78, 0.22), 0.06),
+        _BOX_EDGE,
+    )
     done = _paint(_paint(floor.copy(), _square(size, 0.1), _BOX_EDGE), _square(size, 0.18), _BOX_DONE)
     player = _person(size, floor.copy(), _SOKOBAN_PLAYER)
     player_on_target = _person(size, target.copy(), _SOKOBAN_PLAYER)
@@ -143,10 +151,14 @@ def _board_tiles(size: int, game: str) -> np.ndarray:
     """Empty, first player's, second player's piece, for ``game`` "TicTacToe" or "ConnectFour"."""
     if game == "ConnectFour":
         frame = _filled(size, _C4_FRAME)
-        return np.stack([_paint(frame.copy(), _disc(size, 0.4), color) for color in (_C4_EMPTY, _C4_FIRST, _C4_SECOND)])
+        return np.stack(
+            [_paint(frame.copy(), _disc(size, 0.4), color) for color in (_C4_EMPTY, _C4_FIRST, _C4_SECOND)]
+        )
     cell = _paint(_filled(size, _BOARD_CELL), _border(size, 0.03), _BOARD_LINE)
     cross = _stroke(size, (0.22, 0.22), (0.78, 0.78), 0.1) | _stroke(size, (0.22, 0.78), (0.78, 0.22), 0.1)
-    return np.stack([cell, _paint(cell.copy(), cross, _CROSS), _paint(cell.copy(), _ring(size, 0.28, 0.09), _NOUGHT)])
+    return np.stack(
+        [cell, _paint(cell.copy(), cross, _CROSS), _paint(cell.copy(), _ring(size, 0.28, 0.09), _NOUGHT)]
+    )
 
 
 def _compose(tiles: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -194,7 +206,17 @@ def png_bytes(picture: np.ndarray) -> bytes:
     raw = np.concatenate([np.zeros((height, 1), np.uint8), picture.reshape(height, width * 3)], axis=1)
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), 9)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw.tobytes(), 9))
+        + chunk(b"IEND", b"")
+    )

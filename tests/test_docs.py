@@ -41,8 +41,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _need("mkdocstrings_handlers.python", "install the docs extra: pip install -e '.[docs]'")
     folder = tmp_path_factory.mktemp("site")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-6000:]
     return folder
 
@@ -61,7 +67,8 @@ def test_readme_headline_table_is_up_to_date_with_the_results_json():
     text = (ROOT / "README.md").read_text()
     start, end = text.index(gen.README_BEGIN), text.index(gen.README_END) + len(gen.README_END)
     assert text[start:end] == gen.readme_block(gen.leaderboard_document()), (
-        "README.md's headline table is stale: run python docs/gen_pages.py --readme")
+        "README.md's headline table is stale: run python docs/gen_pages.py --readme"
+    )
 
 
 def test_readme_states_figures_only_in_the_generated_table():
@@ -84,8 +91,11 @@ def test_quickstart_scripts_still_do_what_the_readme_says():
 # ---------------------------------------------------------------------- figures come from JSON
 def test_generated_pages_match_a_fresh_generation(site: Path, tmp_path: Path):
     """The build's generated parts (docs/generated/, written by the build's hook) equal a fresh generation."""
-    built = {path.relative_to(DOCS / "generated"): path.read_bytes()
-             for path in (DOCS / "generated").rglob("*") if path.is_file()}
+    built = {
+        path.relative_to(DOCS / "generated"): path.read_bytes()
+        for path in (DOCS / "generated").rglob("*")
+        if path.is_file()
+    }
     gen = _gen_pages()
     gen.GENERATED = tmp_path / "fresh"
     fresh = {path.relative_to(gen.GENERATED): path.read_bytes() for path in gen.generate()}
@@ -97,15 +107,19 @@ def test_generated_pages_match_a_fresh_generation(site: Path, tmp_path: Path):
 
 
 def test_hand_written_pages_type_no_figures_into_tables():
-    pages = [path for path in DOCS.rglob("*.md") if "generated" not in path.parts and path.name != "DESIGN.md"]
+    pages = [
+        path for path in DOCS.rglob("*.md") if "generated" not in path.parts and path.name != "DESIGN.md"
+    ]
     assert len(pages) >= 15
     for page in pages:
         for line in page.read_text().splitlines():
             if line.startswith("|"):
-                assert not re.search(r"\d", line), f"{page.relative_to(ROOT)} types a figure into a table: {line}"
+                assert not re.search(r"\d", line), (
+                    f"{page.relative_to(ROOT)} types a figure into a table: {line}"
+                )
     for page in (DOCS / "results").glob("*.md"):
         text = page.read_text()
-        assert "--8<-- \"docs/generated/" in text, f"{page.name} shows no generated figures"
+        assert '--8<-- "docs/generated/' in text, f"{page.name} shows no generated figures"
         prose = "\n".join(line for line in text.splitlines() if not line.startswith("--8<--"))
         assert not re.search(r"\d", prose), f"{page.name} states a number by hand"
 
@@ -127,34 +141,64 @@ def test_every_number_in_a_generated_results_table_is_in_a_results_json():
 
 
 def test_generators_show_whatever_keys_a_results_json_holds(tmp_path: Path):
-    """New keys (a train/test split's ``eval_levels_trained_on``, ``teacher``) appear without a code change."""
+    """New keys (say ``eval_levels_trained_on``, ``teacher``) appear without a code change."""
     import json
 
     gen = _gen_pages()
     gen.RESULTS, gen.GENERATED = tmp_path / "results", tmp_path / "generated"
     gen.RESULTS.mkdir()
-    curve = {"commit": "abc", "env_id": "llmgym/FrozenLake-v1", "seeds": [0, 1], "eval_success_after": [0.25, 0.5],
-             "eval_levels_trained_on": [0, 0], "teacher": ["none", "solver"], "eval_success_after_mean": 0.375,
-             "a_new_block": {"figure": 7.5}}
+    curve = {
+        "commit": "abc",
+        "env_id": "llmgym/FrozenLake-v1",
+        "seeds": [0, 1],
+        "eval_success_after": [0.25, 0.5],
+        "eval_levels_trained_on": [0, 0],
+        "teacher": ["none", "solver"],
+        "eval_success_after_mean": 0.375,
+        "a_new_block": {"figure": 7.5},
+    }
     (gen.RESULTS / "learning_curve_Test-v0.json").write_text(json.dumps(curve))
     page = gen.learning_curves()
     assert "`eval_levels_trained_on`" in page and "`teacher`" in page and "solver" in page
     assert "| 1 | 1 | 0.5 | 0 | solver |" in page
     assert "`eval_success_after_mean` | 0.375" in page and "`a_new_block.figure` | 7.5" in page
-    row = {"agent": "checkpoint:runs/x", "env_id": "llmgym/FrozenLake-v1", "levels": 4, "eval_set_size": 200,
-           "samples": 1, "summary": {"success_rate": 0.5, "success_ci95": [0.15, 0.85], "mean_return": 0.5,
-                                     "mean_turns": 4.0, "invalid_action_rate": 0.0},
-           "agent_settings": {"teacher": "solver"}, "provenance": {"eval_levels_trained_on": 0}}
+    row = {
+        "agent": "checkpoint:runs/x",
+        "env_id": "llmgym/FrozenLake-v1",
+        "levels": 4,
+        "eval_set_size": 200,
+        "samples": 1,
+        "summary": {
+            "success_rate": 0.5,
+            "success_ci95": [0.15, 0.85],
+            "mean_return": 0.5,
+            "mean_turns": 4.0,
+            "invalid_action_rate": 0.0,
+        },
+        "agent_settings": {"teacher": "solver"},
+        "provenance": {"eval_levels_trained_on": 0},
+    }
     table = gen.leaderboard_table([row])
     assert "training |" in table.splitlines()[0] and "eval_levels_trained_on: 0; teacher: solver" in table
 
 
 # ---------------------------------------------------------------------- the site
 def test_site_builds_strict_with_every_page_and_no_broken_link(site: Path):
-    for page in ("index.html", "envs/frozen_lake/index.html", "envs/sokoban/index.html", "envs/math/index.html",
-                 "envs/tool_use/index.html", "envs/multiagent/index.html", "guides/training/index.html",
-                 "guides/custom_env/index.html", "results/leaderboard/index.html", "reference/llmgym/index.html",
-                 "DESIGN/index.html", "generated/leaderboard.html", "generated/pictures/sokoban.png"):
+    for page in (
+        "index.html",
+        "envs/frozen_lake/index.html",
+        "envs/sokoban/index.html",
+        "envs/math/index.html",
+        "envs/tool_use/index.html",
+        "envs/multiagent/index.html",
+        "guides/training/index.html",
+        "guides/custom_env/index.html",
+        "results/leaderboard/index.html",
+        "reference/llmgym/index.html",
+        "DESIGN/index.html",
+        "generated/leaderboard.html",
+        "generated/pictures/sokoban.png",
+    ):
         assert (site / page).is_file(), page
     spec = importlib.util.spec_from_file_location("hooks", DOCS / "hooks.py")
     hooks = importlib.util.module_from_spec(spec)
@@ -167,8 +211,10 @@ def test_link_checker_sees_a_broken_picture_and_link(tmp_path: Path):
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "index.html").write_text('<a href="../">up</a><a href="#top">top</a><img src="data:image/png;base64,x">'
-                                               '<img src="missing.png"><a href="../b/">b</a><a href="https://x.org/">x</a>')
+    (tmp_path / "a" / "index.html").write_text(
+        '<a href="../">up</a><a href="#top">top</a><img src="data:image/png;base64,x">'
+        '<img src="missing.png"><a href="../b/">b</a><a href="https://x.org/">x</a>'
+    )
     (tmp_path / "index.html").write_text('<a href="a/">a</a>')
     assert hooks.broken_links(tmp_path) == ["a/index.html: missing.png", "a/index.html: ../b/"]
 
@@ -176,7 +222,7 @@ def test_link_checker_sees_a_broken_picture_and_link(tmp_path: Path):
 def test_pages_open_in_a_real_browser_with_every_picture_loaded(site: Path):
     _need("playwright", "install the docs extra: pip install -e '.[docs]' (scripts/setup.sh does)")
     if CHROMIUM is None:
-        message = "chromium is missing; install it (Debian: apt-get install chromium; scripts/setup.sh does as root)"
+        message = "chromium is missing; install it (Debian: apt-get install chromium; scripts/setup.sh does)"
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)
@@ -194,7 +240,9 @@ def test_pages_open_in_a_real_browser_with_every_picture_loaded(site: Path):
         for shot, path in pages.items():
             page.goto((site / path).as_uri())
             page.wait_for_load_state("load")
-            images = page.eval_on_selector_all("img", "els => els.map(e => [e.currentSrc.slice(0, 80), e.complete, e.naturalWidth])")
+            images = page.eval_on_selector_all(
+                "img", "els => els.map(e => [e.currentSrc.slice(0, 80), e.complete, e.naturalWidth])"
+            )
             assert images, f"{path} shows no picture"
             broken = [image for image in images if not image[1] or image[2] == 0]
             assert broken == [], f"broken pictures on {path}: {broken}"

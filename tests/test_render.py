@@ -15,7 +15,9 @@ import llmgym
 from llmgym.render import png_bytes
 
 RGB_IDS = [
-    env_id for env_id in llmgym.env_ids() if "rgb_array" in gym.make(env_id).unwrapped.metadata["render_modes"]
+    env_id
+    for env_id in llmgym.env_ids()
+    if "rgb_array" in gym.make(env_id).unwrapped.metadata["render_modes"]
 ]
 
 
@@ -38,11 +40,15 @@ def test_frame_is_a_uint8_picture_that_follows_the_state(env_id):
     env = gym.make(env_id, render_mode="rgb_array")
     env.reset(seed=1)
     first = env.render()
-    assert isinstance(first, np.ndarray) and first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3
+    assert (
+        isinstance(first, np.ndarray) and first.dtype == np.uint8 and first.ndim == 3 and first.shape[2] == 3
+    )
     assert first.shape[0] % 32 == 0 and first.shape[1] % 32 == 0
     unwrapped = env.unwrapped
     for _ in range(10):  # a slippery lake may slide the player into the edge: try again
-        move = unwrapped.valid_actions()[0] if hasattr(unwrapped, "valid_actions") else unwrapped.solution()[0]
+        move = (
+            unwrapped.valid_actions()[0] if hasattr(unwrapped, "valid_actions") else unwrapped.solution()[0]
+        )
         _, _, _, _, info = env.step(f"<answer>{move}</answer>")
         if info["action_is_effective"]:
             break
@@ -87,7 +93,9 @@ def test_an_episode_records_to_a_video(env_id, tmp_path: Path):
     pins an older pillow than the one the trainer's stack installs.)
     """
     imageio = pytest.importorskip("imageio", reason="imageio is in the docs extra: pip install -e '.[docs]'")
-    pytest.importorskip("imageio_ffmpeg", reason="imageio-ffmpeg is in the docs extra: pip install -e '.[docs]'")
+    pytest.importorskip(
+        "imageio_ffmpeg", reason="imageio-ffmpeg is in the docs extra: pip install -e '.[docs]'"
+    )
     env = gym.wrappers.RenderCollection(gym.make(env_id, render_mode="rgb_array"))
     env.reset(seed=0)
     for move in env.unwrapped.solution():
@@ -109,6 +117,7 @@ def test_an_episode_records_to_a_video(env_id, tmp_path: Path):
 
 
 def test_import_llmgym_loads_no_imaging_library():
-    code = "import sys, llmgym, llmgym.render; print(sorted({'PIL', 'matplotlib', 'imageio'} & set(sys.modules)))"
+    heavy = "{'PIL', 'matplotlib', 'imageio'}"
+    code = f"import sys, llmgym, llmgym.render; print(sorted({heavy} & sys.modules.keys()))"
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"

@@ -97,7 +97,9 @@ class LeaderboardConfig:
         if self.samples < 1:
             raise InvalidOptionError(f"samples must be >= 1, got {self.samples}.")
         if self.record_episodes < 0:
-            raise InvalidOptionError(f"record_episodes must be >= 0 (0 records none), got {self.record_episodes}.")
+            raise InvalidOptionError(
+                f"record_episodes must be >= 0 (0 records none), got {self.record_episodes}."
+            )
         if self.max_turns is not None and self.max_turns < 1:
             raise InvalidOptionError(
                 f"max_turns must be >= 1 or None (the env's default), got {self.max_turns}."
@@ -212,7 +214,9 @@ class _Episode:
     the level through its reset options, so samples of a level differ by their env's RNG only.
     """
 
-    def __init__(self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int, record: bool = False) -> None:
+    def __init__(
+        self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int, record: bool = False
+    ) -> None:
         self.env = env
         seeds = np.random.SeedSequence([run_seed, level.seed, sample])
         env_seed = int(seeds.generate_state(1, dtype=np.uint32)[0])
@@ -485,11 +489,13 @@ def chart(document: dict[str, Any], path: Path) -> Path:
         for position, row in enumerate(rows):
             rate = row["summary"]["success_rate"]
             low, high = row["summary"]["success_ci95"]
-            errors = [[100 * max(rate - low, 0.0)], [100 * max(high - rate, 0.0)]]  # max: rounding at 0% and 100%
+            # max: rounding at 0% and 100%
+            errors = [[100 * max(rate - low, 0.0)], [100 * max(high - rate, 0.0)]]
             axes.barh(position, 100 * rate, xerr=errors, capsize=2, color=KINDS[agent_kind(row["agent"])])
         axes.set_yticks(range(len(rows)))
         axes.set_yticklabels(
-            [f"{row['env_id'].removeprefix('llmgym/')}  {short_agent(row['agent'])}" for row in rows], fontsize="small"
+            [f"{row['env_id'].removeprefix('llmgym/')}  {short_agent(row['agent'])}" for row in rows],
+            fontsize="small",
         )
         axes.invert_yaxis()
         axes.set_xlim(0, 100)
@@ -499,7 +505,9 @@ def chart(document: dict[str, Any], path: Path) -> Path:
     figure.legend(handles, list(KINDS), loc="upper right", ncol=len(KINDS), fontsize="small")
     inches = figure.get_figheight()
     # Fixed margins (in inches, for any height) instead of tight_layout, which takes seconds here.
-    figure.subplots_adjust(left=0.36, right=0.97, top=1 - 0.55 / inches, bottom=0.55 / inches, hspace=0.9 / (inches / len(sizes)))
+    figure.subplots_adjust(
+        left=0.36, right=0.97, top=1 - 0.55 / inches, bottom=0.55 / inches, hspace=0.9 * len(sizes) / inches
+    )
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

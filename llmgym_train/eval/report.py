@@ -62,7 +62,7 @@ def family_of(env_id: str) -> str:
 
 
 def agent_kind(agent: str) -> str:
-    """``trained``, ``base model``, ``classic RL``, ``random``, ``optimal`` or ``other``, from the agent spec."""
+    """The agent spec's kind: a key of :data:`KINDS`."""
     if agent.startswith("checkpoint:"):
         return "trained"
     if agent.startswith(("base:", "vllm", "hf:", "openai:")):
@@ -83,11 +83,11 @@ def short_agent(agent: str, width: int = 40) -> str:
         label = lead + "/" + "/".join(parts[-count:])
         if len(label) <= width:
             return label
-    return lead + parts[-1][-(width - len(lead)):]
+    return lead + parts[-1][-(width - len(lead)) :]
 
 
 def merge_documents(documents: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """One leaderboard from several: every row, a later document's row replacing an earlier one of the same (agent, env)."""
+    """One leaderboard from several; a later row replaces an earlier one of the same (agent, env)."""
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     first: dict[str, Any] = {}
     for document in documents:
@@ -115,7 +115,7 @@ def ordered_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def row_cells(row: dict[str, Any]) -> list[str]:
-    """The table's cells of one row: env, agent, kind, levels, success (95% CI), return, turns, invalid %, tokens/ep."""
+    """The table's cells of one row (see :data:`TABLE_HEADER`)."""
     summary = row["summary"]
     low, high = summary["success_ci95"]
     levels = str(row["levels"])
@@ -137,7 +137,17 @@ def row_cells(row: dict[str, Any]) -> list[str]:
     ]
 
 
-TABLE_HEADER = ["env", "agent", "kind", "levels", "success % (95% CI)", "return", "turns", "invalid %", "tokens/ep"]
+TABLE_HEADER = [
+    "env",
+    "agent",
+    "kind",
+    "levels",
+    "success % (95% CI)",
+    "return",
+    "turns",
+    "invalid %",
+    "tokens/ep",
+]
 #: What a trained row says of its training, where it says it (in the row, its settings or provenance).
 NOTE_KEYS = ("eval_levels_trained_on", "teacher")
 
@@ -154,7 +164,7 @@ def row_notes(row: dict[str, Any]) -> str:
 
 
 def table_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of a leaderboard table; a ``training`` column where any row records :data:`NOTE_KEYS`."""
+    """Header and cells of a leaderboard table; a ``training`` column when a row records :data:`NOTE_KEYS`."""
     noted = any(row_notes(row) for row in rows)
     header = TABLE_HEADER + (["training"] if noted else [])
     return header, [row_cells(row) + ([row_notes(row) or "-"] if noted else []) for row in rows]
@@ -171,7 +181,9 @@ def family_chart(rows: Sequence[dict[str, Any]]) -> str:
         if row["env_id"] != env_id:
             env_id = row["env_id"]
             y += gap
-            lines.append(f'<text x="4" y="{y + 4}" class="env">{html.escape(env_id.removeprefix("llmgym/"))}</text>')
+            lines.append(
+                f'<text x="4" y="{y + 4}" class="env">{html.escape(env_id.removeprefix("llmgym/"))}</text>'
+            )
             y += 8
         rate = row["summary"]["success_rate"]
         low, high = row["summary"]["success_ci95"]
@@ -179,7 +191,8 @@ def family_chart(rows: Sequence[dict[str, Any]]) -> str:
         agent = short_agent(row["agent"], 48)
         lines += [
             f'<text x="{label_width - 6}" y="{y + 12}" text-anchor="end">{html.escape(agent)}</text>',
-            f'<rect x="{label_width}" y="{y + 2}" width="{bar_width * rate:.1f}" height="{bar_height - 4}" fill="{color}"/>',
+            f'<rect x="{label_width}" y="{y + 2}" width="{bar_width * rate:.1f}" height="{bar_height - 4}" '
+            f'fill="{color}"/>',
             f'<line x1="{label_width + bar_width * low:.1f}" x2="{label_width + bar_width * high:.1f}" '
             f'y1="{y + bar_height / 2}" y2="{y + bar_height / 2}" stroke="#222"/>',
             f'<text x="{label_width + bar_width + 6}" y="{y + 12}">{100 * rate:.1f}%</text>',
@@ -187,16 +200,15 @@ def family_chart(rows: Sequence[dict[str, Any]]) -> str:
         y += bar_height
     height = y + 24
     axis = [
-        f'<line x1="{label_width + bar_width * tick / 100}" x2="{label_width + bar_width * tick / 100}" y1="8" '
+        f'<line x1="{label_width + bar_width * tick / 100}" x2="{label_width + bar_width * tick / 100}" '
+        f'y1="8" '
         f'y2="{y}" stroke="#ddd"/><text x="{label_width + bar_width * tick / 100}" y="{y + 16}" '
         f'text-anchor="middle">{tick}</text>'
         for tick in (0, 25, 50, 75, 100)
     ]
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_width + bar_width + 60}" height="{height}" '
-        f'role="img" aria-label="success rate % with 95% interval">'
-        + "".join(axis + lines)
-        + "</svg>"
+        f'role="img" aria-label="success rate % with 95% interval">' + "".join(axis + lines) + "</svg>"
     )
 
 
@@ -246,13 +258,17 @@ def replay(row: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
     env_id = row["env_id"]
     spec = gym.spec(env_id)
     supports_pictures = "rgb_array" in _render_modes(env_id)
-    needs_text = episode.get("observations") is None and not env_id.removeprefix("llmgym/").startswith("ToolUse")
+    needs_text = episode.get("observations") is None and not env_id.removeprefix("llmgym/").startswith(
+        "ToolUse"
+    )
     if not (supports_pictures or needs_text) or spec is None:
         return recorded
     level = _level_of(env_id, episode)
     try:
         env = _make_env(row, "rgb_array" if supports_pictures else "ansi")
-        observation, _ = env.reset(seed=episode.get("env_seed"), options=None if level is None else {"level": level})
+        observation, _ = env.reset(
+            seed=episode.get("env_seed"), options=None if level is None else {"level": level}
+        )
         frames = [_frame(env)] if supports_pictures else None
         turns, success, total = [], False, 0.0
         for action in actions[:MAX_TURNS_SHOWN]:
@@ -268,7 +284,10 @@ def replay(row: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
     except Exception as error:  # a report must still be written: show the record and say why
         return {**recorded, "note": f"Not replayed ({type(error).__name__}: {error})."}
     if not _replay_matches(episode, turns, success, total, len(actions)):
-        return {**recorded, "note": "The replay differs from the record (its level or env changed since): the record alone."}
+        return {
+            **recorded,
+            "note": "The replay differs from the record (its level or env changed since): the record alone.",
+        }
     start = recorded["start"] or _start_text(row, episode, level)
     return {"turns": turns, "start": start, "frames": frames, "note": ""}
 
@@ -276,14 +295,18 @@ def replay(row: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
 def _start_text(row: dict[str, Any], episode: dict[str, Any], level: Any) -> str | None:
     try:
         env = _make_env(row, "ansi")
-        observation, _ = env.reset(seed=episode.get("env_seed"), options=None if level is None else {"level": level})
+        observation, _ = env.reset(
+            seed=episode.get("env_seed"), options=None if level is None else {"level": level}
+        )
         env.close()
         return observation
     except Exception:
         return None
 
 
-def _replay_matches(episode: dict[str, Any], turns: list[dict[str, Any]], success: bool, total: float, played: int) -> bool:
+def _replay_matches(
+    episode: dict[str, Any], turns: list[dict[str, Any]], success: bool, total: float, played: int
+) -> bool:
     recorded_rewards = episode.get("rewards")
     if recorded_rewards is not None:
         shown = min(len(recorded_rewards), MAX_TURNS_SHOWN)
@@ -326,7 +349,7 @@ def _episode_html(anchor: str, row: dict[str, Any], episode: dict[str, Any]) -> 
     frames = played["frames"]
     steps = []
     start = played.get("start")
-    first = [f'<b>start</b> (level {episode.get("level_index")})']
+    first = [f"<b>start</b> (level {episode.get('level_index')})"]
     if frames:
         first.append(f'<br><img alt="start of the episode" src="{frames[0]}">')
     if start:
@@ -342,7 +365,9 @@ def _episode_html(anchor: str, row: dict[str, Any], episode: dict[str, Any]) -> 
         if turn["observation"]:
             parts.append(f"<pre>{html.escape(turn['observation'])}</pre>")
         steps.append("".join(parts))
-    body = "".join(f'<div class="step"{"" if index == 0 else " hidden"}>{step}</div>' for index, step in enumerate(steps))
+    body = "".join(
+        f'<div class="step"{"" if index == 0 else " hidden"}>{step}</div>' for index, step in enumerate(steps)
+    )
     outcome = "success" if episode.get("success") else "no success"
     note = f'<p class="note">{html.escape(played["note"])}</p>' if played["note"] else ""
     cut = (
@@ -352,9 +377,10 @@ def _episode_html(anchor: str, row: dict[str, Any], episode: dict[str, Any]) -> 
     )
     return (
         f'<div class="episode" id="{anchor}" data-at="0"><p>Level {episode.get("level_index")}: {outcome}, '
-        f'return {episode.get("episode_return", 0):g}, {episode.get("turns")} turns. '
-        f'<button onclick="show(\'{anchor}\',-1)">previous</button> <span class="at">0 / {len(steps) - 1}</span> '
-        f'<button onclick="show(\'{anchor}\',1)">next</button></p>{note}{cut}{body}</div>'
+        f"return {episode.get('episode_return', 0):g}, {episode.get('turns')} turns. "
+        f'<button onclick="show(\'{anchor}\',-1)">previous</button> '
+        f'<span class="at">0 / {len(steps) - 1}</span> '
+        f"<button onclick=\"show('{anchor}',1)\">next</button></p>{note}{cut}{body}</div>"
     )
 
 
@@ -363,10 +389,13 @@ def _row_episodes(index: int, row: dict[str, Any]) -> str:
     title = f"{html.escape(row['env_id'].removeprefix('llmgym/'))}: {html.escape(row['agent'])}"
     if not recorded:
         return (
-            f"<details><summary>{title}: no recorded episodes</summary><p>This row kept no turns; rerun it with "
+            f"<details><summary>{title}: no recorded episodes</summary>"
+            "<p>This row kept no turns; rerun it with "
             "<code>llmgym-bench --record-episodes 3</code> to step through its episodes here.</p></details>"
         )
-    episodes = "".join(_episode_html(f"row{index}-ep{number}", row, episode) for number, episode in enumerate(recorded))
+    episodes = "".join(
+        _episode_html(f"row{index}-ep{number}", row, episode) for number, episode in enumerate(recorded)
+    )
     return f"<details><summary>{title}: {len(recorded)} episodes</summary>{episodes}</details>"
 
 
@@ -376,13 +405,17 @@ def report_html(document: dict[str, Any], title: str = "llmgym leaderboard") -> 
     families: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         families.setdefault(family_of(row["env_id"]), []).append(row)
-    legend = "".join(f'<span class="kind" style="background:{color}"></span>{kind}' for kind, color in KINDS.items())
+    legend = "".join(
+        f'<span class="kind" style="background:{color}"></span>{kind}' for kind, color in KINDS.items()
+    )
     sections = []
     index = 0
     for family, family_rows in families.items():
         names, cells = table_rows(family_rows)
         header = "".join(f"<th>{html.escape(name)}</th>" for name in names)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in cells)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in cells
+        )
         episodes = []
         for row in family_rows:
             episodes.append(_row_episodes(index, row))
@@ -393,14 +426,18 @@ def report_html(document: dict[str, Any], title: str = "llmgym leaderboard") -> 
             f"<table><tr>{header}</tr>{body}</table><h3>Episodes</h3>{''.join(episodes)}"
         )
     commits = sorted({str(row.get("provenance", document).get("commit", "unknown"))[:10] for row in rows})
-    contents = " | ".join(f'<a href="#{family.lower().replace(" ", "-")}">{html.escape(family)}</a>' for family in families)
+    contents = " | ".join(
+        f'<a href="#{family.lower().replace(" ", "-")}">{html.escape(family)}</a>' for family in families
+    )
     return (
-        f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>"
-        f"<p>{contents}</p><p>Success rate on each id's frozen eval levels, with Wilson 95% intervals. Kinds: {legend}</p>"
+        f"<p>{contents}</p><p>Success rate on each id's frozen eval levels, with Wilson 95% intervals. "
+        f"Kinds: {legend}</p>"
         + "".join(sections)
         + f"<p>Commits: {', '.join(html.escape(commit) for commit in commits)}. Written by "
-        f"<code>llmgym_train.eval.report</code> from the leaderboard JSON (llmgym {html.escape(llmgym.__version__)}).</p>"
+        "<code>llmgym_train.eval.report</code> from the leaderboard JSON "
+        f"(llmgym {html.escape(llmgym.__version__)}).</p>"
         "</body></html>\n"
     )
 
