@@ -121,3 +121,22 @@ def test_import_llmgym_loads_no_imaging_library():
     code = f"import sys, llmgym, llmgym.render; print(sorted({heavy} & sys.modules.keys()))"
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
+
+
+@pytest.mark.parametrize("game", ["TicTacToeEnv", "ConnectFourEnv"])
+def test_pettingzoo_board_games_render_rgb_array(game):
+    pytest.importorskip("pettingzoo", reason="the multi-agent games need the multiagent extra")
+    import llmgym.multiagent as multiagent
+
+    env = getattr(multiagent, game)(render_mode="rgb_array")
+    env.reset(seed=0)
+    frames = [env.render()]
+    for agent in env.agent_iter(max_iter=12):
+        observation, _, terminated, truncated, _ = env.last()
+        if terminated or truncated:
+            env.step(None)
+            continue
+        env.step(int(np.flatnonzero(observation["action_mask"])[0]))  # 0-based index, as classic RL agents
+        frames.append(env.render())
+    assert all(frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3 for frame in frames)
+    assert not np.array_equal(frames[0], frames[-1])
