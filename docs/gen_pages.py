@@ -34,6 +34,7 @@ from llmgym_train.eval.report import (  # noqa: E402
     family_of,
     merge_documents,
     ordered_rows,
+    reenact_episodes,
     table_rows,
     write_report,
 )
@@ -341,8 +342,12 @@ def update_readme(document: dict[str, Any], readme: Path = ROOT / "README.md") -
 
 
 # ---------------------------------------------------------------------- all
-def generate() -> list[Path]:
-    """Write every generated part into docs/generated/; returns the files written."""
+def generate(report: bool = True) -> list[Path]:
+    """Write every generated part into docs/generated/; returns the files written.
+
+    ``report=False`` leaves out the leaderboard's plot and HTML report (the slow parts), for a
+    test that compares the pages' figures.
+    """
     if GENERATED.exists():
         shutil.rmtree(GENERATED)
     GENERATED.mkdir(parents=True)
@@ -360,7 +365,8 @@ def generate() -> list[Path]:
         leaderboard_table(ordered_rows(document)),
         "benchmarks/results/leaderboard*.json",
     )
-    chart(document, GENERATED / "leaderboard.png")
+    if report:
+        chart(document, GENERATED / "leaderboard.png")
     write(
         GENERATED / "headline.md",
         table(HEADLINE_HEADER, headline_rows(document)),
@@ -377,7 +383,9 @@ def generate() -> list[Path]:
         ),
         "benchmarks/results/*.json",
     )
-    write_report(document, GENERATED / "leaderboard.html")
+    if report:
+        reenact_episodes(document)  # random and optimal rows' first episodes, checked against their records
+        write_report(document, GENERATED / "leaderboard.html")
     return sorted(path for path in GENERATED.rglob("*") if path.is_file())
 
 

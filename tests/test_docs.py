@@ -98,8 +98,8 @@ def test_generated_pages_match_a_fresh_generation(site: Path, tmp_path: Path):
     }
     gen = _gen_pages()
     gen.GENERATED = tmp_path / "fresh"
-    fresh = {path.relative_to(gen.GENERATED): path.read_bytes() for path in gen.generate()}
-    assert built.keys() == fresh.keys() and fresh
+    fresh = {path.relative_to(gen.GENERATED): path.read_bytes() for path in gen.generate(report=False)}
+    assert {str(name) for name in built.keys() - fresh.keys()} == {"leaderboard.html", "leaderboard.png"}
     assert [name for name in fresh if built[name] != fresh[name]] == []
     for name, content in fresh.items():
         if name.suffix == ".md":

@@ -7,7 +7,15 @@ import re
 from pathlib import Path
 
 from llmgym_train.eval.leaderboard import LeaderboardConfig, main, run
-from llmgym_train.eval.report import agent_kind, family_of, merge_documents, ordered_rows, replay, report_html
+from llmgym_train.eval.report import (
+    agent_kind,
+    family_of,
+    merge_documents,
+    ordered_rows,
+    reenact_episodes,
+    replay,
+    report_html,
+)
 
 ENVS = ("llmgym/FrozenLake-v0", "llmgym/Sokoban-v0", "llmgym/Math-Easy-v0", "llmgym/TicTacToe-vs-random-v0")
 
@@ -138,3 +146,17 @@ def _row(agent: str, env_id: str, rate: float) -> dict:
         },
         "episodes": [],
     }
+
+
+def test_rows_without_turns_are_played_again_only_when_the_outcomes_match(tmp_path: Path) -> None:
+    config = LeaderboardConfig(
+        agents=("random",), envs=ENVS[:2], limit=3, record_episodes=0, output_dir=tmp_path, progress=False
+    )
+    document = run(config)
+    frozen, sokoban = document["results"]
+    assert all("actions" not in episode for row in (frozen, sokoban) for episode in row["episodes"])
+    sokoban["episodes"][1]["turns"] += 1  # a record the env no longer reproduces
+    assert reenact_episodes(document, count=2) == 1
+    assert frozen["reenacted"] and all(episode["actions"] for episode in frozen["episodes"][:2])
+    assert "reenacted" not in sokoban and all("actions" not in episode for episode in sokoban["episodes"])
+    assert "played again from the row's seeds" in report_html(document)

@@ -17,6 +17,7 @@ alone, and says so.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import math
 from collections.abc import Iterable, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 import llmgym
 from llmgym.eval_sets import has_eval_set
@@ -231,7 +233,15 @@ def _make_env(row: dict[str, Any], render_mode: str) -> gym.Env[Any, Any]:
 
 
 def _frame(env: gym.Env[Any, Any]) -> str:
-    return "data:image/png;base64," + base64.b64encode(png_bytes(env.render())).decode("ascii")
+    picture = env.render()
+    return _data_uri(picture.tobytes(), picture.shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _data_uri(pixels: bytes, shape: tuple[int, ...]) -> str:
+    """A picture as a PNG data URI, encoded once per distinct picture (random agents repeat many)."""
+    picture = np.frombuffer(pixels, np.uint8).reshape(shape)
+    return "data:image/png;base64," + base64.b64encode(png_bytes(picture)).decode("ascii")
 
 
 def replay(row: dict[str, Any], episode: dict[str, Any]) -> dict[str, Any]:
@@ -327,6 +337,75 @@ def _render_modes(env_id: str) -> list[str]:
     return modes
 
 
+#: Agents whose episodes a seed reproduces exactly: rows of them can be re-played for the report.
+REPRODUCIBLE_AGENTS = ("random", "optimal")
+
+
+def reenact_episodes(document: dict[str, Any], count: int = EPISODES_PER_ROW) -> int:
+    """Give rows of :data:`REPRODUCIBLE_AGENTS` that kept no turns their first ``count`` episodes, played again.
+
+    Each row's first levels are played again with the row's agent, seeds, samples and turn
+    limit, recording every turn; the episodes are kept only when every one matches the row's
+    record (level, seed, success, turns, return), so the report never shows an episode the
+    row did not play. Rows are changed in memory (``reenacted`` is set on them); returns how
+    many rows gained episodes.
+    """
+    from llmgym_train.eval.agents import AgentOptions, make_agent
+    from llmgym_train.eval.leaderboard import LeaderboardConfig, play
+
+    gained = 0
+    for row in document.get("results", []):
+        recorded = row.get("episodes") or []
+        if row["agent"] not in REPRODUCIBLE_AGENTS or any(episode.get("actions") for episode in recorded):
+            continue
+        samples = int(row.get("samples", 1))
+        levels_needed = max(1, -(-count // samples))
+        config = LeaderboardConfig(
+            agents=(row["agent"],),
+            envs=(row["env_id"],),
+            limit=levels_needed,
+            samples=samples,
+            seed=int(row.get("seed", 0)),
+            max_turns=row.get("max_turns"),
+            options=AgentOptions(),
+            progress=False,
+            record_episodes=count,
+        )
+        agent = make_agent(row["agent"], config.options)
+        try:
+            agent.prepare(row["env_id"])
+            played = play(agent, row["env_id"], eval_set_levels(row["env_id"], levels_needed), config)
+        except Exception:  # a row that cannot be played here (say, no sandbox) keeps its record alone
+            continue
+        finally:
+            agent.close()
+        played = played[:count]
+        if len(recorded) < len(played) or not all(
+            _same_outcome(again, before) for again, before in zip(played, recorded, strict=False)
+        ):
+            continue
+        for index, episode in enumerate(played):
+            recorded[index] = {
+                **recorded[index],
+                "actions": episode.actions,
+                "rewards": episode.rewards,
+                "observations": episode.observations,
+            }
+        row["reenacted"] = True
+        gained += 1
+    return gained
+
+
+def _same_outcome(again: Any, before: dict[str, Any]) -> bool:
+    return (
+        again.level_index == before.get("level_index")
+        and again.env_seed == before.get("env_seed")
+        and again.success == bool(before.get("success"))
+        and again.turns == before.get("turns")
+        and math.isclose(again.episode_return, float(before.get("episode_return", 0.0)), abs_tol=1e-6)
+    )
+
+
 # ---------------------------------------------------------------------- page
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -378,7 +457,7 @@ def _episode_html(anchor: str, row: dict[str, Any], episode: dict[str, Any]) -> 
     return (
         f'<div class="episode" id="{anchor}" data-at="0"><p>Level {episode.get("level_index")}: {outcome}, '
         f"return {episode.get('episode_return', 0):g}, {episode.get('turns')} turns. "
-        f'<button onclick="show(\'{anchor}\',-1)">previous</button> '
+        f"<button onclick=\"show('{anchor}',-1)\">previous</button> "
         f'<span class="at">0 / {len(steps) - 1}</span> '
         f"<button onclick=\"show('{anchor}',1)\">next</button></p>{note}{cut}{body}</div>"
     )
@@ -393,6 +472,8 @@ def _row_episodes(index: int, row: dict[str, Any]) -> str:
             "<p>This row kept no turns; rerun it with "
             "<code>llmgym-bench --record-episodes 3</code> to step through its episodes here.</p></details>"
         )
+    if row.get("reenacted"):
+        title += " (played again from the row's seeds; outcomes checked against its record)"
     episodes = "".join(
         _episode_html(f"row{index}-ep{number}", row, episode) for number, episode in enumerate(recorded)
     )
