@@ -342,7 +342,7 @@ REPRODUCIBLE_AGENTS = ("random", "optimal")
 
 
 def reenact_episodes(document: dict[str, Any], count: int = EPISODES_PER_ROW) -> int:
-    """Give rows of :data:`REPRODUCIBLE_AGENTS` that kept no turns their first ``count`` episodes, played again.
+    """Give rows of :data:`REPRODUCIBLE_AGENTS` that kept no turns their first ``count`` episodes again.
 
     Each row's first levels are played again with the row's agent, seeds, samples and turn
     limit, recording every turn; the episodes are kept only when every one matches the row's
