@@ -86,7 +86,6 @@ class FrozenLakeEnv(TextEnv):
     """
 
     action_names = ACTIONS
-    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
     format_hint = "Put one action (Left, Down, Right or Up) inside <answer>...</answer>."
 
     def __init__(
@@ -225,6 +224,8 @@ class FrozenLakeEnv(TextEnv):
 
     def solution(self) -> list[str] | None:
         return shortest_path(self._rows, self._position)
+
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
 
     def _render_rgb(self) -> np.ndarray:
         from llmgym.render import frozen_lake

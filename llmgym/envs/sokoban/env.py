@@ -119,7 +119,6 @@ class SokobanEnv(TextEnv):
     """
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
-    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
     format_hint = "Put one action (Up, Down, Left or Right) inside <answer>...</answer>."
 
     def __init__(
@@ -270,6 +269,8 @@ class SokobanEnv(TextEnv):
         """Action names of a fewest-moves solution from the current position (exact, no budget)."""
         boxes = [cell for cell, box in enumerate(self._has_box) if box]
         return self._get_solver().plan(self._player, boxes)
+
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
 
     def _render_rgb(self) -> Any:
         from llmgym.render import sokoban
