@@ -154,14 +154,20 @@ def figures_page(names: Iterable[str]) -> str:
 
 
 def learning_curves() -> str:
+    """Every ``learning_curve*.json`` of the results folder and of its direct subfolders (say, results
+    kept apart from newer ones), one section each."""
     sections = []
-    for path in sorted(RESULTS.glob("learning_curve*.json")):
+    paths = sorted(RESULTS.glob("learning_curve*.json")) + sorted(RESULTS.glob("*/learning_curve*.json"))
+    for path in paths:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             continue
-        name = path.name
+        name = path.relative_to(RESULTS).as_posix()
         runs = len(data["seeds"]) if isinstance(data.get("seeds"), list) else None
         parts = [f"### {name.removesuffix('.json')}\n", provenance_line(data, "benchmarks/results/" + name)]
+        if path.parent != RESULTS and (path.parent / "README.md").is_file():
+            parts.append(f"Kept in `benchmarks/results/{path.parent.name}/`: its `README.md` says how these "
+                         "results differ from the others.\n")
         if runs:
             columns = [
                 key
@@ -203,11 +209,17 @@ def learning_curves() -> str:
             parts.append(table(["figure", "value"], rows))
         pictures = data.get("curve_png")
         for picture in pictures if isinstance(pictures, list) else [pictures]:
-            if isinstance(picture, str) and (ROOT / picture).is_file():
-                target = GENERATED / "curves" / Path(picture).name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(ROOT / picture, target)
-                parts.append(f"\n![{Path(picture).stem}](../generated/curves/{Path(picture).name})\n")
+            if not isinstance(picture, str):
+                continue
+            # The path the JSON records, else a file of that name beside the JSON (results moved together).
+            found = next((c for c in (ROOT / picture, path.parent / Path(picture).name) if c.is_file()), None)
+            if found is None:
+                continue
+            prefix = "" if path.parent == RESULTS else f"{path.parent.name}_"
+            target = GENERATED / "curves" / f"{prefix}{found.name}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(found, target)
+            parts.append(f"\n![{target.stem}](../generated/curves/{target.name})\n")
         sections.append("\n".join(parts))
     return "\n".join(sections)
 
@@ -313,6 +325,8 @@ def headline_rows(document: dict[str, Any]) -> list[list[str]]:
             row = kinds.get(kind)
             cells.append("-" if row is None else f"{100 * row['summary']['success_rate']:.1f}%")
         cells.append(str(kinds["trained"]["levels"]))
+        trained_on = kinds["trained"].get("eval_levels_trained_on")
+        cells.append("not recorded" if trained_on is None else str(trained_on))
         lines.append(cells)
     return lines
 
@@ -325,6 +339,7 @@ HEADLINE_HEADER = [
     "random",
     "optimal",
     "eval levels",
+    "of them trained on",
 ]
 
 
