@@ -259,3 +259,23 @@ def test_pages_open_in_a_real_browser_with_every_picture_loaded(site: Path):
         browser.close()
     for shot in [*pages, "leaderboard_episode.png"]:
         assert (SCREENSHOTS / shot).stat().st_size > 10_000
+
+
+def test_the_runnable_snippets_run():
+    """The first Python snippet of the README and of the guides that promise a runnable one."""
+    sources = [ROOT / "README.md", DOCS / "guides" / "custom_env.md", DOCS / "guides" / "vector_env.md"]
+    fence = "`" * 3
+    snippets = [
+        re.search(fence + r"python\n(.*?)" + fence, path.read_text(), re.S).group(1) for path in sources
+    ]
+    runner = "import sys\nfor code in sys.argv[1:]:\n    exec(compile(code, 'snippet', 'exec'), {'__name__': '__main__'})\n"
+    result = subprocess.run(
+        [sys.executable, "-c", runner, *snippets],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
