@@ -268,7 +268,10 @@ def test_the_runnable_snippets_run():
     snippets = [
         re.search(fence + r"python\n(.*?)" + fence, path.read_text(), re.S).group(1) for path in sources
     ]
-    runner = "import sys\nfor code in sys.argv[1:]:\n    exec(compile(code, 'snippet', 'exec'), {'__name__': '__main__'})\n"
+    runner = (
+        "import sys\nfor code in sys.argv[1:]:\n"
+        "    exec(compile(code, 'snippet', 'exec'), {'__name__': '__main__'})\n"
+    )
     result = subprocess.run(
         [sys.executable, "-c", runner, *snippets],
         cwd=ROOT,
