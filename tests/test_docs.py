@@ -261,9 +261,15 @@ def test_pages_open_in_a_real_browser_with_every_picture_loaded(site: Path):
         assert (SCREENSHOTS / shot).stat().st_size > 10_000
 
 
-def test_the_runnable_snippets_run():
-    """The first Python snippet of the README and of the guides that promise a runnable one."""
-    sources = [ROOT / "README.md", DOCS / "guides" / "custom_env.md", DOCS / "guides" / "vector_env.md"]
+def test_the_runnable_snippets_run(tmp_path: Path):
+    """The first Python snippet of the README, of the guides that promise a runnable one, and the video one."""
+    _need("imageio_ffmpeg", "install the docs extra: pip install -e '.[docs]'")
+    sources = [
+        ROOT / "README.md",
+        DOCS / "guides" / "custom_env.md",
+        DOCS / "guides" / "vector_env.md",
+        DOCS / "envs" / "frozen_lake.md",
+    ]
     fence = "`" * 3
     snippets = [
         re.search(fence + r"python\n(.*?)" + fence, path.read_text(), re.S).group(1) for path in sources
@@ -274,7 +280,7 @@ def test_the_runnable_snippets_run():
     )
     result = subprocess.run(
         [sys.executable, "-c", runner, *snippets],
-        cwd=ROOT,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
@@ -282,3 +288,4 @@ def test_the_runnable_snippets_run():
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "episode.mp4").stat().st_size > 1000
