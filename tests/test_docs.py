@@ -262,7 +262,7 @@ def test_pages_open_in_a_real_browser_with_every_picture_loaded(site: Path):
 
 
 def test_the_runnable_snippets_run(tmp_path: Path):
-    """The first Python snippet of the README, of the guides that promise a runnable one, and the video one."""
+    """The first Python snippet of the README, of the guides that promise one, and of the video section."""
     _need("imageio_ffmpeg", "install the docs extra: pip install -e '.[docs]'")
     sources = [
         ROOT / "README.md",
