@@ -187,7 +187,9 @@ class TextEnv(gym.Env[str, str]):
     """Base class of llmgym's single-agent text environments (see the module docstring).
 
     Arguments common to every text env:
-        render_mode: ``None`` or ``"ansi"`` (``render()`` returns the state as text).
+        render_mode: ``None``, ``"ansi"`` (``render()`` returns the state as text), or
+            ``"rgb_array"`` where the env lists it in ``metadata["render_modes"]`` (a tile
+            picture, ``(H, W, 3)`` uint8, from the env's ``_render_rgb``).
         invalid_penalty: reward of an unparseable or illegal action.
         max_invalid_actions: end the episode (``terminated``) after this many invalid
             actions; ``None`` never ends it for that reason.
@@ -490,10 +492,19 @@ class TextEnv(gym.Env[str, str]):
                 f"ids differ in their settings. Restore it into an env made with gym.make({state.env_id!r})."
             )
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | np.ndarray | None:  # type: ignore[override]
         if self.render_mode == "ansi":
             return self._observe() if self._started else ""
+        if self.render_mode == "rgb_array":
+            return self._render_rgb() if self._started else np.zeros((1, 1, 3), np.uint8)
         return None
+
+    def _render_rgb(self) -> np.ndarray:
+        """The state as a picture, ``(H, W, 3)`` uint8 (see :mod:`llmgym.render`).
+
+        Envs that add ``"rgb_array"`` to ``metadata["render_modes"]`` implement it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no rgb_array rendering.")
 
     # ------------------------------------------------------------------ helpers
     def _parse(self, action: Any) -> str | None:

@@ -144,7 +144,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=0.0,
                         help="stop training after this many minutes even if steps are left (0: no time limit)")
     parser.add_argument("--record", action="store_true",
-                        help="append the result to benchmarks/results/demo.json (the README's figures)")
+                        help="append the result to benchmarks/results/demo.json (the recorded demo runs)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
     load_start = list(os.getloadavg())

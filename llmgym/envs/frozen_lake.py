@@ -231,6 +231,13 @@ class FrozenLakeEnv(TextEnv):
     def solution(self) -> list[str] | None:
         return shortest_path(self._rows, self._position)
 
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
+
+    def _render_rgb(self) -> np.ndarray:
+        from llmgym.render import frozen_lake
+
+        return frozen_lake(self._rows, self._position)
+
     # ------------------------------------------------------------------ internals
     def _set_map(self, rows: list[str]) -> None:
         self._rows = rows

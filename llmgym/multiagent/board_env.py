@@ -87,7 +87,8 @@ class BoardGameEnv(AECEnv):
     - ``max_invalid_actions``: invalid actions per player and game before it forfeits;
       ``None`` never forfeits. Default 3.
     - ``action_parser``: completion -> move text. Default :func:`llmgym.parsing.extract_answer`.
-    - ``render_mode``: ``None`` or ``"ansi"``.
+    - ``render_mode``: ``None``, ``"ansi"`` (the board as text) or ``"rgb_array"`` (a tile
+      picture, ``(H, W, 3)`` uint8, from :mod:`llmgym.render`).
 
     Reset options: ``{"level": {"opening": ["5", "1"]}}`` plays the given opening moves
     (move names, X first) instead of a random one. Unknown option keys are ignored with a
@@ -101,7 +102,7 @@ class BoardGameEnv(AECEnv):
     """
 
     metadata: ClassVar[dict[str, Any]] = {
-        "render_modes": ["ansi"], "name": "board_game_v0", "is_parallelizable": False,
+        "render_modes": ["ansi", "rgb_array"], "name": "board_game_v0", "is_parallelizable": False,
     }
     rules: ClassVar[BoardRules]
     #: What ``reset`` and ``step`` write: a snapshot's content.
@@ -129,7 +130,7 @@ class BoardGameEnv(AECEnv):
         if max_invalid_actions is not None and max_invalid_actions < 1:
             raise InvalidOptionError(f"max_invalid_actions must be >= 1 or None, got {max_invalid_actions}.")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise InvalidOptionError(f"render_mode must be 'ansi' or None, got {render_mode!r}.")
+            raise InvalidOptionError(f"render_mode must be 'ansi', 'rgb_array' or None, got {render_mode!r}.")
         self.opening_plies = opening_plies
         self.invalid_penalty = float(invalid_penalty)
         self.max_invalid_actions = max_invalid_actions
@@ -221,9 +222,13 @@ class BoardGameEnv(AECEnv):
             self._play(agent, move)
         self._accumulate_rewards()
 
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
         if self.render_mode == "ansi":
             return self.rules.render(self.board)
+        if self.render_mode == "rgb_array":
+            from llmgym.render import board
+
+            return board(self.board, self.rules.name)
         return None
 
     def close(self) -> None:

@@ -129,8 +129,15 @@ class VersusEnv(TextEnv):
     def system_prompt(self) -> str:
         return self.game.system_prompt(self._seat)
 
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
+
     def level(self) -> dict[str, Any]:
         return dict(self._level)
+
+    def _render_rgb(self) -> Any:
+        from llmgym.render import board
+
+        return board(self.game.board, self.game.rules.name)
 
     def valid_actions(self) -> list[str]:
         """Names of the agent's legal moves now (what a uniformly random baseline draws from)."""

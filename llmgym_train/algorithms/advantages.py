@@ -227,7 +227,9 @@ def step_grouped(
     """GiGPO-style advantage of turn samples: ``episode_weight`` x episode advantage + ``step_weight`` x step advantage.
 
     Args:
-        episode_returns, group_ids, episode_ids: as in :func:`episode_normalized`.
+        episode_returns: as in :func:`episode_normalized`.
+        group_ids: as in :func:`episode_normalized`.
+        episode_ids: as in :func:`episode_normalized`.
         step_returns: ``(N,)`` each turn's discounted return-to-go (:func:`turn_returns`).
         state_ids: ``(N,)`` integer id of the state each turn acted on; ``-1`` where unknown
             (such a turn forms a step group of its own). Step groups are (group, state) pairs,

@@ -6,11 +6,16 @@ episode planner lists them (:func:`llmgym_train.planner.eval_set_levels`, for ev
 run seed, the level's seed and the sample index, and gives the agent a generator from the
 same triple: rerunning a row reproduces every episode, whatever else ran beside it.
 
-One command writes three files next to each other (default ``benchmarks/results/``):
+One command writes four files next to each other (default ``benchmarks/results/``):
 
 * ``leaderboard.md``: the Markdown table (paste it into a README);
-* ``leaderboard.json``: provenance, settings, summaries and every episode's outcome;
-* ``leaderboard.png``: success rates with their 95% intervals.
+* ``leaderboard.json``: provenance, settings, summaries and every episode's outcome, with the
+  first ``--record-episodes`` episodes of each row played turn by turn (completions, rewards,
+  observations and the level);
+* ``leaderboard.png``: success rates with their 95% intervals;
+* ``leaderboard.html``: a self-contained report (:mod:`llmgym_train.eval.report`): the table,
+  a plot per env family, and the recorded episodes to step through, with pictures of the grid
+  games' states.
 
 A run folder of ``llmgym-train`` (``checkpoint:<run>``) plays as the run's own evaluation
 does, through :func:`llmgym_train.eval.policy.evaluate_policy`: its agent, response prefix,
@@ -42,7 +47,7 @@ import numpy as np
 
 import llmgym
 from llmgym.error import InvalidOptionError, did_you_mean
-from llmgym.eval_sets import has_eval_set
+from llmgym.eval_sets import EVAL_SET_VERSION, has_eval_set
 from llmgym.wrappers.chat import ChatHistory
 from llmgym_train.eval.agents import Agent, AgentOptions, Sampling, Turn, check_agent_spec, make_agent
 from llmgym_train.eval.results import RESULTS_DIR, markdown_table, portable, provenance
@@ -64,6 +69,8 @@ class LeaderboardConfig:
         output_dir: where ``leaderboard.{md,json,png}`` go.
         merge: keep the rows of an existing ``leaderboard.json`` that this run does not redo.
         progress: show a progress bar over episodes.
+        record_episodes: the first this many episodes of each row keep their turns (completions,
+            rewards, observations) and level in the JSON, for the HTML report's replays.
     """
 
     agents: tuple[str, ...] = ("random", "optimal", "sb3-ppo")
@@ -76,6 +83,7 @@ class LeaderboardConfig:
     output_dir: Path = RESULTS_DIR
     merge: bool = False
     progress: bool = True
+    record_episodes: int = 3
 
     def __post_init__(self) -> None:
         if not self.agents:
@@ -88,6 +96,10 @@ class LeaderboardConfig:
             raise InvalidOptionError(f"limit must be >= 1 or None (every level), got {self.limit}.")
         if self.samples < 1:
             raise InvalidOptionError(f"samples must be >= 1, got {self.samples}.")
+        if self.record_episodes < 0:
+            raise InvalidOptionError(
+                f"record_episodes must be >= 0 (0 records none), got {self.record_episodes}."
+            )
         if self.max_turns is not None and self.max_turns < 1:
             raise InvalidOptionError(
                 f"max_turns must be >= 1 or None (the env's default), got {self.max_turns}."
@@ -151,6 +163,12 @@ class EpisodeResult:
     difficulty: str | None = None
     #: The texts played each turn, where the row keeps them (rows of runs: their one-token choices).
     actions: list[str] | None = None
+    #: Recorded episodes: each turn's reward.
+    rewards: list[float] | None = None
+    #: Recorded episodes: the first observation, then the one after each turn (cut at ``OBSERVATION_CHARS``).
+    observations: list[str] | None = None
+    #: Recorded episodes: the level played (the eval set's ``level``), so a replay needs no eval set.
+    level: Any = None
 
 
 def summarize(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, Any]:
@@ -185,6 +203,10 @@ def _pass_at_ks(episodes: Sequence[EpisodeResult], samples: int) -> dict[str, fl
 
 
 # ---------------------------------------------------------------------- playing
+#: A recorded observation is cut after this many characters.
+OBSERVATION_CHARS = 2000
+
+
 class _Episode:
     """One live episode: its env (with chat history), seeds and running totals.
 
@@ -192,7 +214,9 @@ class _Episode:
     the level through its reset options, so samples of a level differ by their env's RNG only.
     """
 
-    def __init__(self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int) -> None:
+    def __init__(
+        self, env: ChatHistory, level: EvalLevel, sample: int, run_seed: int, record: bool = False
+    ) -> None:
         self.env = env
         seeds = np.random.SeedSequence([run_seed, level.seed, sample])
         env_seed = int(seeds.generate_state(1, dtype=np.uint32)[0])
@@ -204,16 +228,23 @@ class _Episode:
             optimal_steps=level.optimal_steps,
             difficulty=level.difficulty,
         )
-        env.reset(seed=env_seed, options=level.options)
+        observation, _ = env.reset(seed=env_seed, options=level.options)
         self.done = False
+        if record:
+            result = self.result
+            result.actions, result.rewards, result.observations = [], [], [observation[:OBSERVATION_CHARS]]
 
     def turn(self) -> Turn:
         env: Any = self.env.unwrapped
         return Turn(env=env, messages=self.env.messages, rng=self.rng, number=self.result.turns)
 
     def step(self, text: str, prompt_tokens: int, completion_tokens: int) -> None:
-        _, reward, terminated, truncated, info = self.env.step(text)
+        observation, reward, terminated, truncated, info = self.env.step(text)
         result = self.result
+        if result.observations is not None:
+            result.actions.append(text)  # type: ignore[union-attr]
+            result.rewards.append(float(reward))  # type: ignore[union-attr]
+            result.observations.append(observation[:OBSERVATION_CHARS])
         result.turns += 1
         result.episode_return += float(reward)
         result.invalid_actions += not info["action_is_valid"]
@@ -241,9 +272,10 @@ def play(
     env_options = {} if config.max_turns is None else {"max_turns": config.max_turns}
     episodes = [
         _Episode(
-            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), level, sample, config.seed
+            ChatHistory(gym.make(env_id, render_mode="ansi", **env_options)), level, sample, config.seed,
+            record=index * config.samples + sample < config.record_episodes,
         )
-        for level in levels
+        for index, level in enumerate(levels)
         for sample in range(config.samples)
     ]
     live = list(episodes)
@@ -300,6 +332,7 @@ def evaluate(
         "env_id": env_id,
         "levels": len(levels),
         "eval_set_size": eval_set_size,
+        "eval_set_version": EVAL_SET_VERSION,
         "samples": config.samples,
         "seed": config.seed,
         "max_turns": config.max_turns,
@@ -316,9 +349,14 @@ def evaluate(
             name: summarize([e for e in episodes if e.difficulty == name], config.samples)
             for name in difficulties
         }
-    # Rows that keep no actions write none: their episodes read as they always have.
+    for index, episode in enumerate(episodes[: config.record_episodes]):
+        level = levels[index // config.samples].options
+        if episode.actions is not None and level is not None:
+            episode.level = level.get("level")
+    # Episodes that keep no turns write none of those keys: they read as they always have.
+    optional = {"actions", "rewards", "observations", "level"}
     row["episodes"] = [
-        {key: value for key, value in asdict(episode).items() if key != "actions" or value is not None}
+        {key: value for key, value in asdict(episode).items() if key not in optional or value is not None}
         for episode in episodes
     ]
     return row
@@ -434,39 +472,50 @@ def _table_row(row: dict[str, Any], show_pass: bool) -> list[str]:
 
 
 def chart(document: dict[str, Any], path: Path) -> Path:
-    """Grouped horizontal bars of success rate with Wilson 95% intervals, one group per env."""
+    """Success rates with Wilson 95% intervals: one panel per env family, each id's rows side by side.
+
+    Rows are ordered and coloured by kind (trained, base model, classic RL, random, optimal), as
+    in the HTML report (:mod:`llmgym_train.eval.report`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    env_ids = sorted({row["env_id"] for row in document["results"]})
-    agents = sorted({row["agent"] for row in document["results"]})
-    by_pair = {(row["env_id"], row["agent"]): row["summary"] for row in document["results"]}
-    height = 0.8 / max(len(agents), 1)
-    figure, axes = plt.subplots(figsize=(10, 1.2 + 0.9 * len(env_ids)))
-    for slot, agent in enumerate(agents):
-        positions, rates, errors = [], [], [[], []]
-        for index, env_id in enumerate(env_ids):
-            summary = by_pair.get((env_id, agent))
-            if summary is None:
-                continue
-            rate = summary["success_rate"]
-            low, high = summary["success_ci95"]
-            positions.append(index + slot * height)
-            rates.append(100 * rate)
-            errors[0].append(100 * max(rate - low, 0.0))  # max: rounding at 0% and 100%
-            errors[1].append(100 * max(high - rate, 0.0))
-        axes.barh(positions, rates, height=height, xerr=errors, capsize=2, label=agent)
-    axes.set_yticks([index + height * (len(agents) - 1) / 2 for index in range(len(env_ids))])
-    axes.set_yticklabels([env_id.removeprefix("llmgym/") for env_id in env_ids])
-    axes.invert_yaxis()
-    axes.set_xlim(0, 100)
-    axes.set_xlabel("success rate % (Wilson 95% interval)")
-    axes.set_title("llmgym leaderboard")
-    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    from llmgym_train.eval.report import KINDS, agent_kind, family_of, ordered_rows, short_agent
+
+    families: dict[str, list[dict[str, Any]]] = {}
+    for row in ordered_rows(document):
+        families.setdefault(family_of(row["env_id"]), []).append(row)
+    sizes = [len(rows) for rows in families.values()] or [1]
+    figure, axes_list = plt.subplots(
+        len(sizes), 1, figsize=(10, 1.0 + 0.28 * sum(sizes) + 0.6 * len(sizes)),
+        gridspec_kw={"height_ratios": sizes}, squeeze=False,
+    )
+    for axes, (family, rows) in zip(axes_list[:, 0], families.items() or [("", [])], strict=True):
+        for position, row in enumerate(rows):
+            rate = row["summary"]["success_rate"]
+            low, high = row["summary"]["success_ci95"]
+            # max: rounding at 0% and 100%
+            errors = [[100 * max(rate - low, 0.0)], [100 * max(high - rate, 0.0)]]
+            axes.barh(position, 100 * rate, xerr=errors, capsize=2, color=KINDS[agent_kind(row["agent"])])
+        axes.set_yticks(range(len(rows)))
+        axes.set_yticklabels(
+            [f"{row['env_id'].removeprefix('llmgym/')}  {short_agent(row['agent'])}" for row in rows],
+            fontsize="small",
+        )
+        axes.invert_yaxis()
+        axes.set_xlim(0, 100)
+        axes.set_title(family, loc="left", fontsize="medium")
+    axes_list[-1, 0].set_xlabel("success rate % (Wilson 95% interval)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color) for color in KINDS.values()]
+    figure.legend(handles, list(KINDS), loc="upper right", ncol=len(KINDS), fontsize="small")
+    inches = figure.get_figheight()
+    # Fixed margins (in inches, for any height) instead of tight_layout, which takes seconds here.
+    figure.subplots_adjust(
+        left=0.36, right=0.97, top=1 - 0.55 / inches, bottom=0.55 / inches, hspace=0.9 * len(sizes) / inches
+    )
+    figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
 
@@ -486,13 +535,16 @@ def to_json(document: dict[str, Any]) -> str:
 
 
 def write(document: dict[str, Any], output_dir: Path) -> dict[str, Path]:
-    """Write ``leaderboard.{json,md,png}`` into ``output_dir``; returns their paths."""
+    """Write ``leaderboard.{json,md,png,html}`` into ``output_dir``; returns their paths."""
+    from llmgym_train.eval.report import write_report
+
     output_dir.mkdir(parents=True, exist_ok=True)
-    paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png")}
+    paths = {suffix: output_dir / f"leaderboard.{suffix}" for suffix in ("json", "md", "png", "html")}
     document = portable(document)
     paths["json"].write_text(to_json(document))
     paths["md"].write_text(markdown(document))
     chart(document, paths["png"])
+    write_report(document, paths["html"])
     return paths
 
 
@@ -521,6 +573,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
     parser.add_argument("--merge", action="store_true",
                         help="keep other rows of an existing leaderboard.json")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--record-episodes", type=int, default=LeaderboardConfig.record_episodes,
+                        help="episodes per row kept turn by turn for the HTML report's replays (0: none)")
     args = parser.parse_args(argv)
     sampling = Sampling(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, history=args.history,
@@ -538,6 +592,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LeaderboardConfig:
         output_dir=args.output_dir,
         merge=args.merge,
         progress=not args.no_progress,
+        record_episodes=args.record_episodes,
     )
 
 

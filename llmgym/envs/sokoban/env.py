@@ -290,6 +290,13 @@ class SokobanEnv(TextEnv):
         boxes = [cell for cell, box in enumerate(self._has_box) if box]
         return self._get_solver().plan(self._player, boxes)
 
+    metadata = {**TextEnv.metadata, "render_modes": ["ansi", "rgb_array"]}
+
+    def _render_rgb(self) -> Any:
+        from llmgym.render import sokoban
+
+        return sokoban(self.level_xsb())
+
     # ------------------------------------------------------------------ internals
     def _on_solution(self, level: Level, rng: Any) -> Level:
         """The position after a uniform number of moves (0 to all but the last) of a fewest-moves solution of ``level``."""
