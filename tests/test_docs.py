@@ -113,10 +113,11 @@ def test_hand_written_pages_type_no_figures_into_tables():
     assert len(pages) >= 15
     for page in pages:
         for line in page.read_text().splitlines():
-            if line.startswith("|"):
-                assert not re.search(r"\d", line), (
-                    f"{page.relative_to(ROOT)} types a figure into a table: {line}"
-                )
+            # Code (`127.0.0.1`, `trl>=1.16`) names settings and versions, not results.
+            figure = re.search(r"\d", re.sub(r"`[^`]*`", "", line))
+            assert not (line.startswith("|") and figure), (
+                f"{page.relative_to(ROOT)} types a figure into a table: {line}"
+            )
     for page in (DOCS / "results").glob("*.md"):
         text = page.read_text()
         assert '--8<-- "docs/generated/' in text, f"{page.name} shows no generated figures"
