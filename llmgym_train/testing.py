@@ -33,16 +33,8 @@ def tiny_tokenizer(words: Sequence[str] = ()) -> Any:
     character split), so a choice among actions such as ``["Left", "Down", "Right", "Up"]``
     is one token per reply, as with a real tokenizer.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    characters = [chr(code) for code in range(32, 127)] + ["\n", "\t"]
-    vocab = {token: index for index, token in enumerate([*TINY_SPECIAL_TOKENS, *characters])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
-    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    tokenizer = character_tokenizer(
+        TINY_SPECIAL_TOKENS,
         pad_token="<|pad|>",
         bos_token="<|begin_of_text|>",
         eos_token="<|eot_id|>",
@@ -52,6 +44,22 @@ def tiny_tokenizer(words: Sequence[str] = ()) -> Any:
     if words:
         tokenizer.add_tokens(list(words))
     return tokenizer
+
+
+def character_tokenizer(specials: Sequence[str], **special_tokens: Any) -> Any:
+    """A ``PreTrainedTokenizerFast`` whose vocab is ``specials``, then printable ASCII, newline and tab.
+
+    ``special_tokens`` (``pad_token``, ``eos_token``, ...) go to the tokenizer's constructor.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    characters = [chr(code) for code in range(32, 127)] + ["\n", "\t"]
+    vocab = {token: index for index, token in enumerate([*specials, *characters])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **special_tokens)
 
 
 def tiny_model(

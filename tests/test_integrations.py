@@ -24,17 +24,12 @@ QWEN_SPECIALS = (
 
 def qwen_char_tokenizer():
     """A character-level tokenizer with Qwen3's chat template, as TRL ships it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
     from trl.chat_template_utils import qwen3_chat_template
 
-    characters = [chr(code) for code in range(32, 127)] + ["\n", "\t"]
-    vocab = {token: index for index, token in enumerate([*QWEN_SPECIALS, *characters])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
-    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    from llmgym_train.testing import character_tokenizer
+
+    tokenizer = character_tokenizer(
+        QWEN_SPECIALS,
         pad_token="<|endoftext|>",
         eos_token="<|im_end|>",
         additional_special_tokens=list(QWEN_SPECIALS[1:3]),

@@ -442,9 +442,21 @@ def markdown(document: dict[str, Any]) -> str:
     return markdown_table(header, table) + footer
 
 
+def summary_cells(summary: dict[str, Any]) -> list[str]:
+    """A row's figures as table cells: success (95% interval), return, turns, invalid %, tokens per episode."""
+    low, high = summary["success_ci95"]
+    tokens = summary.get("completion_tokens_per_episode", 0.0)
+    return [
+        f"{100 * summary['success_rate']:.1f} ({100 * low:.1f}-{100 * high:.1f})",
+        f"{summary['mean_return']:.3f}",
+        f"{summary['mean_turns']:.1f}",
+        f"{100 * summary['invalid_action_rate']:.1f}",
+        f"{tokens:.0f}" if tokens else "-",
+    ]
+
+
 def _table_row(row: dict[str, Any], show_pass: bool) -> list[str]:
     summary = row["summary"]
-    low, high = summary["success_ci95"]
     levels = str(row["levels"])
     if row["levels"] != row["eval_set_size"]:
         levels += f"/{row['eval_set_size']}"
@@ -454,17 +466,7 @@ def _table_row(row: dict[str, Any], show_pass: bool) -> list[str]:
         levels += f" (max {row['max_turns']} turns)"
     if row.get("eval_levels_trained_on") is not None:
         levels += f", {row['eval_levels_trained_on']} trained on"
-    tokens = summary["completion_tokens_per_episode"]
-    cells = [
-        row["env_id"].removeprefix("llmgym/"),
-        f"`{row['agent']}`",
-        levels,
-        f"{100 * summary['success_rate']:.1f} ({100 * low:.1f}-{100 * high:.1f})",
-        f"{summary['mean_return']:.3f}",
-        f"{summary['mean_turns']:.1f}",
-        f"{100 * summary['invalid_action_rate']:.1f}",
-        f"{tokens:.0f}" if tokens else "-",
-    ]
+    cells = [row["env_id"].removeprefix("llmgym/"), f"`{row['agent']}`", levels, *summary_cells(summary)]
     if show_pass:
         pass_k = summary.get("pass_at_k")
         cells.append(f"{100 * pass_k[str(row['samples'])]:.1f} (k={row['samples']})" if pass_k else "-")

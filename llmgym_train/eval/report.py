@@ -30,6 +30,7 @@ import numpy as np
 import llmgym
 from llmgym.eval_sets import has_eval_set
 from llmgym.render import png_bytes
+from llmgym_train.eval.leaderboard import summary_cells
 from llmgym_train.planner import eval_set_levels
 
 #: Env families in page order: a title and the id prefixes (after ``llmgym/``) it holds.
@@ -119,24 +120,13 @@ def ordered_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
 def row_cells(row: dict[str, Any]) -> list[str]:
     """The table's cells of one row (see :data:`TABLE_HEADER`)."""
     summary = row["summary"]
-    low, high = summary["success_ci95"]
     levels = str(row["levels"])
     if row["levels"] != row.get("eval_set_size", row["levels"]):
         levels += f"/{row['eval_set_size']}"
     if row.get("samples", 1) > 1:
         levels += f" x{row['samples']}"
-    tokens = summary.get("completion_tokens_per_episode", 0.0)
-    return [
-        row["env_id"].removeprefix("llmgym/"),
-        row["agent"],
-        agent_kind(row["agent"]),
-        levels,
-        f"{100 * summary['success_rate']:.1f} ({100 * low:.1f}-{100 * high:.1f})",
-        f"{summary['mean_return']:.3f}",
-        f"{summary['mean_turns']:.1f}",
-        f"{100 * summary['invalid_action_rate']:.1f}",
-        f"{tokens:.0f}" if tokens else "-",
-    ]
+    return [row["env_id"].removeprefix("llmgym/"), row["agent"], agent_kind(row["agent"]), levels,
+            *summary_cells(summary)]
 
 
 TABLE_HEADER = [
