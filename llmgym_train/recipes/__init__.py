@@ -54,10 +54,10 @@ class Recipe:
 
     @property
     def algorithm(self) -> str:
-        """The algorithm and, when not per episode, its credit: ``grpo``, ``grpo (gigpo credit)``."""
+        """The algorithm and, when not per episode, its credit (``loss.credit``): ``grpo``, ``grpo/gigpo``."""
         algo = self.config.get("algo", "grpo")
         credit = self.config.get("loss", {}).get("credit", "episode")
-        return algo if credit == "episode" else f"{algo} ({credit} credit)"
+        return algo if credit == "episode" else f"{algo}/{credit}"
 
     def load(self, overrides: list[str] | tuple[str, ...] = (), values: dict[str, Any] | None = None,
              path: str | Path | None = None) -> Any:
