@@ -41,11 +41,16 @@ def greedy_pair(trainer: Trainer) -> tuple[list[list[int]], list[list[int]]]:
     end = tokenizer.eos_token_id
     engine = trainer.generator.generate(prompts, SamplingSpec(max_tokens=MAX_TOKENS, temperature=0.0))
     own = []
+    training = model.training
+    # In train mode with gradient checkpointing, transformers' generate decoded other tokens than the
+    # same weights in eval mode (whose full-sequence logits were identical): generate as inference does.
+    model.eval()
     with torch.no_grad():
         for prompt in prompts:
             output = model.generate(torch.tensor([prompt]), max_new_tokens=MAX_TOKENS, do_sample=False,
                                     eos_token_id=end, pad_token_id=tokenizer.pad_token_id)
             own.append(_without_end(output[0, len(prompt):].tolist(), end))
+    model.train(training)
     return [_without_end(list(completion.token_ids), end) for completion in engine], own
 
 
