@@ -103,12 +103,14 @@ def assert_learned(name: str, success: list[float], chance: float, learned: floa
     assert last >= learned, f"{name} did not learn: sampled success {success[0]} -> {success[-3:]}"
 
 
+@pytest.mark.slow
 def test_math_recipe_learns_the_verified_answer(tmp_path: Path) -> None:
     success = train_recipe(tmp_path, "math-easy-grpo", "llmgym-test/MathFixed-v0", steps=16, n_groups=8,
                            words=("7</answer>",), extra=("rollout.max_new_tokens=1",))
     assert_learned("math-easy-grpo", success, chance=0.1, learned=0.6)
 
 
+@pytest.mark.slow
 def test_tool_recipe_learns_the_right_final_answer(tmp_path: Path) -> None:
     env = fixed_tool()
     # The system prompt and the format line as one token each (a character per token made every
@@ -120,6 +122,7 @@ def test_tool_recipe_learns_the_right_final_answer(tmp_path: Path) -> None:
     assert_learned("tool-calculator-grpo", success, chance=0.15, learned=0.7)
 
 
+@pytest.mark.slow
 def test_sokoban_env_reward_recipe_learns_to_push_the_box_home(tmp_path: Path) -> None:
     success = train_recipe(tmp_path, "sokoban-v1-grpo", "llmgym-test/SokobanFixed-v0", steps=10, n_groups=4)
     assert_learned("sokoban-v1-grpo", success, chance=0.5, learned=0.8)
