@@ -23,7 +23,10 @@ versions, ...), with
 PNG is copied next to the JSON as ``learning_curve_<Name>_seed<N>.png``. Paths in the JSON are
 relative to the repository. ``--baselines-only`` writes the baselines and trains nothing.
 
-Presets (one per env family, in :data:`PRESETS`):
+Presets are the recipes that ship with ``llmgym_train`` (``llmgym_train/recipes/*.yaml``,
+``llmgym-train --list-recipes``, ``docs/recipes.md``), by name in :data:`PRESETS`; ``--env``
+defaults to a recipe made for that id. Applied here, a recipe trains the ``--env`` id with its
+settings. Why the recipes that learnt are as they are:
 
 * ``frozenlake``: the README demo's. One move a turn in at most 6 new tokens, read by the
   lenient parser (the base model never writes the ``<answer>`` tag, so with the strict parser
@@ -74,6 +77,8 @@ Presets (one per env family, in :data:`PRESETS`):
   recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on progress rewards,
   lookahead credit on the reward itself, a mixture of 3-move and full rooms) stayed at 0%
   (``benchmarks/results/recipe_trials/`` and the README).
+* ``sokoban-v1-grpo``, ``math-easy-grpo``, ``tool-calculator-grpo``: the env's own rewards, no
+  teacher; not yet measured in a long run (their files say why each setting).
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
@@ -96,11 +101,9 @@ from benchmarks.common import RESULTS_DIR, provenance, write_result
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import EVAL_SET_VERSION
 from llmgym_train.planner import eval_levels_trained_on
+from llmgym_train.recipes import Recipe, all_recipes
 
-MODEL = "smollm2-135m"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: Eval levels: the first this many of the frozen eval set of the id trained on.
-EVAL_LEVELS = 64
 #: Figures with one value per seed, kept as lists in seed order (``seeds`` is the key).
 PER_SEED_KEYS = (
     "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
@@ -112,13 +115,15 @@ PER_SEED_KEYS = (
 
 @dataclass(frozen=True)
 class Preset:
-    """A training recipe for one env family; the ``--env`` id is filled in where ``id`` is left out.
+    """A package recipe as this benchmark applies it: to the ``--env`` id, which need not be the recipe's own.
 
     Attributes:
-        family: the env name prefix it is the default for (``FrozenLake`` for ``llmgym/FrozenLake-v1``).
-        train_envs: training mixture entries (``name``, ``n_groups``, ``options``).
+        family: the env name prefix it is a default for (``FrozenLake`` for ``llmgym/FrozenLake-v1``).
+        train_envs: training mixture entries (``name``, ``n_groups``, ``options``), without the id.
         eval_options: env options of the evaluation (and of the baselines).
-        overrides: trainer settings, as ``key=value``.
+        overrides: the recipe's other settings, as ``key=value``.
+        teacher: what shaped the loss besides the env's rewards: ``"solver"``, or None.
+        env: the id the recipe is made for.
     """
 
     family: str
@@ -127,78 +132,42 @@ class Preset:
     overrides: tuple[str, ...] = field(default=())
     #: What shaped the loss besides the env's rewards: ``"solver"`` (the exact solver's best moves), or None.
     teacher: str | None = None
+    #: The id the recipe is made for (``--env`` defaults to a recipe made for the id it names).
+    env: str = ""
 
 
-_COMMON = (
-    "algo=grpo",
-    f"model={MODEL}",
-    "rollout.backend=vllm",
-    "rollout.group_size=8",
-    "rollout.max_new_tokens=6",
-    "optim.lr=5e-5",
-    f"eval.levels={EVAL_LEVELS}",
-    "eval.every=10",
-    "checkpoint_every=10",
-    "progress=false",
-)
+def preset_of(recipe: Recipe) -> Preset:
+    """``recipe`` as a :class:`Preset`: its env entries without their id, its other settings as overrides."""
+    config = dict(recipe.config)
+    train = tuple({key: value for key, value in entry.items() if key != "id"} for entry in config.pop("train_envs"))
+    evaluation = config.pop("eval_envs", [{}])
+    overrides = tuple(f"{key}={_override_value(value)}" for key, value in _dotted(config).items())
+    return Preset(family=recipe.family, train_envs=train, eval_options=dict(evaluation[0].get("options", {})),
+                  overrides=overrides, teacher=recipe.teacher, env=recipe.env)
 
-#: The markov presets' contexts are one turn (at most 384 tokens), whose activations are small:
-#: they train without gradient checkpointing (the default, for long contexts), which would cost
-#: their updates a forward more per step. Their recorded seeds ran without it.
-_SHORT_CONTEXT = "model_options.gradient_checkpointing=false"
 
-PRESETS: dict[str, Preset] = {
-    "frozenlake": Preset(
-        family="FrozenLake",
-        train_envs=tuple(
-            {"name": f"lake-{size}x{size}", "n_groups": 2,
-             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
-            for size, turns in ((2, 4), (3, 7), (4, 10))
-        ),
-        eval_options={"max_turns": 10, "action_parser": "lenient"},
-        overrides=(*_COMMON, "rollout.max_model_len=768", "optim.micro_batch_size=8"),
-    ),
-    "frozenlake-v1": Preset(
-        family="FrozenLake",
-        train_envs=tuple(
-            {"name": f"lake-{size}x{size}", "n_groups": groups,
-             "options": {"size": size, "max_turns": turns, "action_parser": "lenient"}}
-            for size, groups, turns in ((2, 1, 4), (3, 2, 7), (4, 3, 10))
-        ),
-        eval_options={"max_turns": 10, "action_parser": "lenient"},
-        overrides=(
-            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=gigpo", "loss.normalize_std=false",
-            "rollout.response_prefix=<answer>", 'rollout.choices=["Left","Down","Right","Up"]',
-            "rollout.max_new_tokens=1", "rollout.max_model_len=256", "optim.micro_batch_size=64", "optim.lr=2e-5",
-            "rollout.temperature=2.0", "eval.every=10", "optim.lr_schedule=cosine", "optim.lr_final=0.1",
-            _SHORT_CONTEXT,
-        ),
-    ),
-    "sokoban-v1": Preset(
-        family="Sokoban",
-        train_envs=(
-            {"name": "rooms", "n_groups": 24,
-             "options": {"start": "solution", "max_turns": 4, "step_penalty": 0.0, "progress_reward": 1.0,
-                         "action_parser": "lenient"}},
-        ),
-        eval_options={"max_turns": 30, "action_parser": "lenient"},
-        overrides=(
-            *_COMMON, "rollout.agent=markov", "rollout.layout=turn", "loss.credit=lookahead",
-            "loss.lookahead_target=greedy", "rollout.response_prefix=<answer>",
-            'rollout.choices=["Up","Down","Left","Right"]', "rollout.max_new_tokens=1", "rollout.max_model_len=384",
-            "optim.micro_batch_size=64", "optim.lr=1e-4", "rollout.group_size=1", "rollout.temperature=2.0",
-            "eval.every=20", "optim.lr_schedule=cosine", "optim.lr_final=0.1", "optim.warmup_steps=5",
-            "update.micro_batch_tokens=6144", _SHORT_CONTEXT,
-        ),
-        teacher="solver",
-    ),
-    "sokoban": Preset(
-        family="Sokoban",
-        train_envs=({"n_groups": 2, "options": {"max_turns": 20, "action_parser": "lenient"}},),
-        eval_options={"max_turns": 20, "action_parser": "lenient"},
-        overrides=(*_COMMON, "rollout.max_model_len=1536", "optim.micro_batch_size=4"),
-    ),
-}
+def _dotted(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-4}}`` -> ``{"optim.lr": 1e-4}`` (env entries, the only mappings among values, are popped before)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _override_value(value: Any) -> str:
+    """``value`` as the text after ``key=`` that ``load_config`` reads back as the same value."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+#: The recipes that ship with ``llmgym_train`` (``llmgym-train --list-recipes``), by name.
+PRESETS: dict[str, Preset] = {recipe.name: preset_of(recipe) for recipe in all_recipes()}
 
 
 def env_name(env_id: str) -> str:
@@ -207,10 +176,11 @@ def env_name(env_id: str) -> str:
 
 
 def preset_for(env_id: str, name: str | None) -> tuple[str, Preset]:
-    """The preset called ``name``, or (``None``) the one whose family starts the env's name."""
+    """The preset called ``name``, or (``None``) the first made for ``env_id``, else the first of its family."""
     if name is None:
+        exact = [key for key, preset in PRESETS.items() if preset.env == env_id]
         family = env_name(env_id).split("-", 1)[0]
-        matches = [key for key, preset in PRESETS.items() if preset.family == family]
+        matches = exact or [key for key, preset in PRESETS.items() if preset.family == family]
         if not matches:
             known = ", ".join(f"{key} ({preset.family})" for key, preset in PRESETS.items())
             raise InvalidOptionError(
@@ -235,6 +205,7 @@ def config_overrides(env_id: str, preset: Preset, seed: int, minutes: float, out
         f"train_envs={json.dumps(train)}",
         f"eval_envs={json.dumps(evaluation)}",
         f"seed={seed}",
+        "progress=false",
         "steps=100000",
         f"max_minutes={minutes}",
         f"output={output}",

@@ -2,9 +2,15 @@
 
     llmgym-train --env llmgym/FrozenLake-v0:8 --model smollm2-135m --algo grpo \\
         [--config run.yaml] [--output runs/fl] [--resume] [key=value ...]
+    llmgym-train --recipe sokoban-v1 [--output runs/sk] [key=value ...]
+    llmgym-train --list-recipes
+
+``--recipe NAME`` starts from a recipe that ships with the package (:mod:`llmgym_train.recipes`;
+``--list-recipes`` prints them); a ``--config`` file, overrides and flags go on top of it.
 
 ``--env ID[:N_GROUPS]`` may repeat (an env mixture). Flags win over ``key=value`` overrides,
-which win over the YAML file, which wins over the defaults (see :mod:`llmgym_train.config`).
+which win over the YAML file, which wins over the recipe, which wins over the defaults (see
+:mod:`llmgym_train.config`).
 The whole config, env ids and agent name included, is checked before any model loads.
 
 ``--resume`` continues the run in ``--output`` with that run's own ``config.yaml``: the command
@@ -18,8 +24,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from llmgym.error import Error
+from llmgym.error import Error, InvalidOptionError
 from llmgym_train.config import ALGORITHMS, TrainConfig, load_config, load_run_config, parse_override
+from llmgym_train.recipes import load_recipe, recipe_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="validation env (default: the training envs)")
     parser.add_argument("--model", help="model alias, local HF folder, or hub id (default smollm2-135m)")
     parser.add_argument("--algo", choices=ALGORITHMS, help="algorithm (default grpo)")
+    parser.add_argument("--recipe", metavar="NAME", help="start from a packaged recipe (see --list-recipes)")
+    parser.add_argument("--list-recipes", action="store_true", help="print the packaged recipes and exit")
     parser.add_argument("--config", metavar="FILE.yaml", help="YAML config file")
     parser.add_argument("--output", metavar="DIR", help="output folder")
     parser.add_argument("--steps", type=int, help="training steps")
@@ -57,7 +66,13 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.resume:
+        if args.recipe is not None:
+            raise InvalidOptionError(
+                f"--resume continues the run with its own config.yaml, so --recipe {args.recipe} has no say; drop --recipe."
+            )
         return load_run_config(_run_folder(args), args.config, args.overrides, values)
+    if args.recipe is not None:
+        return load_recipe(args.recipe).load(args.overrides, values, args.config)
     return load_config(args.config, args.overrides, values)
 
 
@@ -73,6 +88,9 @@ def _run_folder(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_recipes:
+        print(recipe_table())
+        return 0
     try:
         config = config_from_args(args)
     except Error as error:

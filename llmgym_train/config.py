@@ -815,13 +815,17 @@ def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     values: dict[str, Any] | None = None,
+    *,
+    base: dict[str, Any] | None = None,
 ) -> TrainConfig:
-    """Defaults <- YAML file ``path`` <- ``overrides`` (``key=value``) <- ``values`` (dotted keys).
+    """Defaults <- ``base`` <- YAML file ``path`` <- ``overrides`` (``key=value``) <- ``values`` (dotted keys).
 
-    Raises :class:`UnknownOptionError` for an unknown key (with a suggestion) and
-    :class:`InvalidOptionError` for a bad value or combination, before anything heavy runs.
+    ``base`` is a config tree to start from (a recipe's, :mod:`llmgym_train.recipes`); the file's
+    sections are merged into it key by key. Raises :class:`UnknownOptionError` for an unknown key
+    (with a suggestion) and :class:`InvalidOptionError` for a bad value or combination, before
+    anything heavy runs.
     """
-    tree: dict[str, Any] = {}
+    tree: dict[str, Any] = copy.deepcopy(base) if base else {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -829,7 +833,7 @@ def load_config(
         loaded = _parse_yaml(path.read_text()) or {}
         if not isinstance(loaded, dict):
             raise InvalidOptionError(f"Config file {str(path)!r} must hold a mapping at the top; got {loaded!r:.80}.")
-        tree = loaded
+        _merge(tree, loaded)
     for key, value in (parse_override(text) for text in overrides):
         _nested_update(tree, key, value)
     for key, value in (values or {}).items():

@@ -5,15 +5,15 @@
 
 Two recipes, both ``llmgym-train`` with GRPO and vLLM generation:
 
-* ``3x3`` (default): the learning-curve benchmark's ``frozenlake-v1`` recipe
-  (:mod:`benchmarks.learning_curve`: ``llmgym/FrozenLake-v1``, one token per cell and the
+* ``3x3`` (default): the package's ``frozenlake-v1`` recipe (``llmgym_train/recipes/``, as
+  :mod:`benchmarks.learning_curve` applies it: ``llmgym/FrozenLake-v1``, one token per cell and the
   player's coordinates, the ``markov`` agent, a choice among the four moves at temperature 2,
   GiGPO-style step advantages) on 3x3 lakes with holes on 35% of cells (and one group of 2x2
   lakes), evaluated on the 24 distinct lakes that the first eval seeds give. These 3x3 lakes
   come in 51 maps: the 24 eval lakes are held out of training (``held_out_levels=24``), so the
   model trains on the other 27 and is scored on lakes it never played. Beside it the demo
   prints the best fixed route played blind on the same lakes: beating it takes reading the map.
-* ``v1``: the learning-curve benchmark's ``frozenlake-v1`` recipe (:mod:`benchmarks.learning_curve`):
+* ``v1``: the package's ``frozenlake-v1`` recipe, as :mod:`benchmarks.learning_curve` applies it:
   ``llmgym/FrozenLake-v1`` (one token per cell, the player's coordinates), the ``markov``
   agent, GiGPO-style step advantages, 3x3 and 4x4 lakes, evaluated on the first 32 levels of
   the frozen 4x4 eval set (held out of training). On a 2-core CPU a step

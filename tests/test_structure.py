@@ -74,6 +74,9 @@ def test_the_wheel_installs_llmgym_and_llmgym_train_only(tmp_path: Path) -> None
         names = archive.namelist()
     top_level = {name.split("/", 1)[0] for name in names if "/" in name and ".dist-info/" not in name}
     assert top_level == {"llmgym", "llmgym_train"}, sorted(top_level)
+    from llmgym_train.recipes import recipe_names
+
+    assert {f"llmgym_train/recipes/{name}.yaml" for name in recipe_names()} <= set(names), "recipes ship in the wheel"
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(wheel) as archive:
         scripts = archive.read(entry_points).decode()
