@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks.common import RESULTS_DIR, provenance, write_result
+from llmgym.eval_sets import EVAL_SET_VERSION
 from llmgym.jax.cores import eval_levels, make_core
 from llmgym.jax.ppo import PpoConfig, TrainResult, make_evaluate, save_checkpoint, train
 
@@ -97,6 +98,9 @@ def run(env_id: str, minutes: float, overrides: dict[str, Any]) -> dict[str, Any
         "checkpoint": str(folder.relative_to(RESULTS_DIR.parent.parent)),
         "act": result.act,
         "env_steps": result.env_steps,
+        "eval_levels_trained_on": result.eval_levels_in_pool,
+        "eval_set_version": EVAL_SET_VERSION,
+        "teacher": None,
         "seconds": result.seconds,
         "load_average_before": load_before,
         "load_average_after": load_after,

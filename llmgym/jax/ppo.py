@@ -11,7 +11,8 @@ as in PureJaxRL: one ``jit`` holds the rollout (``lax.scan`` over :func:`llmgym.
 and every epoch's minibatch updates. Where it departs from the textbook:
 
 * Levels come from a pool drawn once from training seeds ``0 .. pool_size - 1`` with the text
-  env's own generator (far below the eval seeds, see :mod:`llmgym.eval_sets`), each episode on
+  env's own generator under its train/test split (no eval level, compared by content: see
+  :mod:`llmgym.splits`; ``TrainResult.eval_levels_in_pool`` counts them, 0), each episode on
   a level drawn uniformly from the pool: generating a Sokoban level costs ~0.25 ms of Python,
   more than thousands of JAX steps.
 * A truncated episode is bootstrapped: its last reward gets ``gamma * V(last observation)``
@@ -33,7 +34,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -44,9 +45,11 @@ import numpy as np
 import optax
 
 from llmgym.error import InvalidOptionError
+from llmgym.eval_sets import has_eval_set, load_eval_set
 from llmgym.jax.batch import observe_batch, reset_batch, step_batch
 from llmgym.jax.common import GridCore
 from llmgym.jax.cores import encode, levels_from_seeds, make_core
+from llmgym.splits import level_key
 
 #: Validation levels come from seeds here on: above any training pool, below the eval seeds.
 VALIDATION_SEED_BASE = 900_000
@@ -374,6 +377,16 @@ class TrainResult:
     curve: list[dict[str, float]]
     seconds: dict[str, float]
     env_steps: int
+    #: How many of the id's frozen eval levels the training pool holds, by content (0 under the split).
+    eval_levels_in_pool: int = 0
+
+
+def pool_eval_levels(env_id: str, levels: Sequence[Any]) -> int:
+    """How many of ``env_id``'s frozen eval levels are among ``levels`` (compared by :func:`~llmgym.splits.level_key`)."""
+    if not has_eval_set(env_id):
+        return 0
+    held_out = {level_key(record["level"]) for record in load_eval_set(env_id)}
+    return len(held_out & {level_key(level) for level in levels})
 
 
 def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
@@ -381,8 +394,9 @@ def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
     start = time.monotonic()
     core = make_core(config.env_id, **config.env_options)
     key = jax.random.PRNGKey(config.seed)
-    pool = jax.tree.map(jnp.asarray, encode(core, levels_from_seeds(config.env_id, range(config.pool_size),
-                                                                     **config.env_options)))
+    pool_levels = levels_from_seeds(config.env_id, range(config.pool_size), **config.env_options)
+    eval_levels_in_pool = pool_eval_levels(config.env_id, pool_levels)
+    pool = jax.tree.map(jnp.asarray, encode(core, pool_levels))
     seeds = range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + config.validation_levels)
     validation = jax.tree.map(jnp.asarray, core.encode_levels(levels_from_seeds(config.env_id, seeds,
                                                                                 **config.env_options)))
@@ -431,7 +445,7 @@ def train(config: PpoConfig, log: Callable[[str], None] = print) -> TrainResult:
     act: Literal["greedy", "sample"] = "greedy" if final["greedy_success"] >= final["sampled_success"] else "sample"
     seconds = {"levels": round(levels_seconds, 2), "compile": round(compile_seconds, 2),
                "total": round(time.monotonic() - start, 2)}
-    return TrainResult(config, runner.params, act, curve, seconds, iteration * steps_per_update)
+    return TrainResult(config, runner.params, act, curve, seconds, iteration * steps_per_update, eval_levels_in_pool)
 
 
 def _measure(evaluate: Callable[..., jax.Array], params: Any, levels: Any, key: jax.Array) -> dict[str, float]:
