@@ -204,6 +204,10 @@ def record_run(recipe: str, run: dict[str, Any], baselines: dict[str, Any]) -> P
     path = RESULTS_DIR / "demo.json"
     document = json.loads(path.read_text()) if path.exists() else {}
     recipes = document.setdefault("recipes", {})
+    # Runs on another eval-set version (before the train/test split) move aside: their levels differ.
+    version = run.get("eval_set_version", 1)
+    if any(old.get("eval_set_version", 1) != version for old in recipes.get(recipe, {}).get("runs", [])):
+        document.setdefault("before_split", {})[recipe] = recipes.pop(recipe)
     entry = recipes.setdefault(recipe, {"runs": []})
     entry["baselines"] = baselines
     entry["runs"].append(run)

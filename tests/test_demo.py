@@ -70,3 +70,16 @@ def _write(path: Path, document: dict) -> Path:
 
     path.write_text(json.dumps(document))
     return path
+
+
+def test_runs_on_another_eval_set_version_move_aside_rather_than_share_a_range(demo, tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(demo, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(demo, "write_result", lambda name, doc: _write(tmp_path / f"{name}.json", doc))
+    demo.record_run("3x3", {"eval_success_after": 0.9}, {"blind_route": {"success": 0.47}})  # version 1
+    path = demo.record_run("3x3", {"eval_success_after": 0.6, "eval_set_version": 2}, {"blind_route": {"success": 0.46}})
+    document = json.loads(path.read_text())
+    assert document["recipes"]["3x3"]["eval_success_after_range"] == [0.6, 0.6]
+    assert document["before_split"]["3x3"]["runs"] == [{"eval_success_after": 0.9}]
+    assert document["before_split"]["3x3"]["baselines"] == {"blind_route": {"success": 0.47}}
