@@ -24,7 +24,7 @@ PNG is copied next to the JSON as ``learning_curve_<Name>_seed<N>.png``. Paths i
 relative to the repository. ``--baselines-only`` writes the baselines and trains nothing.
 
 Presets are the recipes that ship with ``llmgym_train`` (``llmgym_train/recipes/*.yaml``,
-``llmgym-train --list-recipes``, ``docs/recipes.md``), by name in :data:`PRESETS`; ``--env``
+``llmgym-train --list-recipes``, ``docs/guides/recipes.md``), by name in :data:`PRESETS`; ``--env``
 defaults to a recipe made for that id. Applied here, a recipe trains the ``--env`` id with its
 settings. Why the recipes that learnt are as they are:
 
