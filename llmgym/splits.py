@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import json
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -73,9 +72,7 @@ class LevelSpace:
         The split is switched off on the made env rather than through its constructor, so an
         env class of your own need not take ``split``.
         """
-        env = load_env_creator(self.entry_point)(**dict(self.options))
-        env.unwrapped.split = "all"
-        return env
+        return make_unsplit(load_env_creator(self.entry_point), **dict(self.options))
 
     def __str__(self) -> str:
         options = ", ".join(f"{name}={value!r}" for name, value in self.options)
@@ -83,13 +80,14 @@ class LevelSpace:
 
 
 def make_unsplit(make: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``make(*args, split="all", **kwargs)`` without the warning: for code that builds eval levels."""
-    from llmgym.error import TrainOnTestWarning
+    """``make(*args, **kwargs)`` with the split switched off on the made env: for code that builds eval levels.
 
-    kwargs["split"] = "all"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TrainOnTestWarning)
-        return make(*args, **kwargs)
+    Switched on the instance rather than through ``split="all"``, so it does not warn (nothing
+    trains on it) and an env class of your own need not take ``split``.
+    """
+    env = make(*args, **kwargs)
+    env.unwrapped.split = "all"
+    return env
 
 
 def _hashable(value: Any) -> Any:
