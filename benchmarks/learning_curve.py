@@ -100,7 +100,7 @@ from benchmarks.baselines import compute_baselines, eval_records
 from benchmarks.common import RESULTS_DIR, provenance, write_result
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import EVAL_SET_VERSION
-from llmgym_train.planner import eval_levels_trained_on
+from llmgym_train.planner import eval_levels_trained_on, teacher_of
 from llmgym_train.recipes import Recipe, all_recipes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -401,7 +401,8 @@ def main(argv: list[str] | None = None) -> None:
             write_result(result_name(args.env), document, results_dir)
         run = train_seed(config, args.env, spec.label, results_dir)
         run["preset"] = preset_name
-        run["teacher"] = preset.teacher
+        # What the run's training envs say, not what the recipe claims (an override can add a teacher).
+        run["teacher"] = teacher_of(config.train_envs)
         # Reread: another seed may have been merged while this one trained.
         document = merge_seed(load_document(path) or document, args.seed, run)
     print(f"wrote {write_result(result_name(args.env), document, results_dir)}")

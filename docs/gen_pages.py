@@ -48,6 +48,9 @@ README_BEGIN = (
 README_END = "<!-- end of headline results -->"
 #: The leaderboard files merged into one leaderboard, later ones winning for the same (agent, env).
 LEADERBOARDS = ("leaderboard.json", "leaderboard_runs/leaderboard.json")
+#: Run folders' rows from before the train/test split (eval-set version 1): the README's headline
+#: shows them marked as such, the leaderboard page and report leave them out.
+BEFORE_SPLIT = "before_split/leaderboard_runs/leaderboard.json"
 #: Keys that describe a run rather than measure it: shown once, never as figures.
 PROVENANCE = {
     "commit",
@@ -230,6 +233,11 @@ def leaderboard_document() -> dict[str, Any]:
     )
 
 
+def before_split_document() -> dict[str, Any] | None:
+    path = RESULTS / BEFORE_SPLIT
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def leaderboard_table(rows: list[dict[str, Any]]) -> str:
     header, cells = table_rows(rows)
     return table(header, ([cell.replace("|", "\\|") for cell in row] for row in cells))
@@ -307,17 +315,27 @@ def info_keys(env_id: str) -> str:
 
 
 # ---------------------------------------------------------------------- README
-def headline_rows(document: dict[str, Any]) -> list[list[str]]:
-    """Per id with a trained row: the best trained checkpoint, the base model, classic RL, random, optimal."""
-    by_env: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in ordered_rows(document):
-        kinds = by_env.setdefault(row["env_id"], {})
+def headline_rows(document: dict[str, Any], earlier: dict[str, Any] | None = None) -> list[list[str]]:
+    """Per id and eval-set version with a trained row: the best trained checkpoint, the base model,
+    classic RL, random, optimal, each from rows of that version only.
+
+    ``earlier`` holds rows kept from before the train/test split (:data:`BEFORE_SPLIT`); its agents
+    may share names with newer ones, so it is read apart rather than merged.
+    """
+    rows = [*document.get("results", []), *(earlier or {}).get("results", [])]
+    groups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for row in ordered_rows({"results": rows}):  # families, then ids, in the report's order
+        # Rows from before eval-set version 2 (and its train/test split) record no version.
+        kinds = groups.setdefault((row["env_id"], row.get("eval_set_version", 1)), {})
         kind = agent_kind(row["agent"])
         best = kinds.get(kind)
         if best is None or row["summary"]["success_rate"] > best["summary"]["success_rate"]:
             kinds[kind] = row
+    env_order = list(dict.fromkeys(env_id for env_id, _ in groups))
     lines = []
-    for env_id, kinds in by_env.items():
+    newest_first = sorted(groups, key=lambda group: (env_order.index(group[0]), -group[1]))
+    for env_id, version in newest_first:
+        kinds = groups[env_id, version]
         if "trained" not in kinds:
             continue
         cells = [f"`{env_id.removeprefix('llmgym/')}`"]
@@ -325,10 +343,13 @@ def headline_rows(document: dict[str, Any]) -> list[list[str]]:
             row = kinds.get(kind)
             cells.append("-" if row is None else f"{100 * row['summary']['success_rate']:.1f}%")
         cells.append(str(kinds["trained"]["levels"]))
-        # Rows from before eval-set version 2 (and its train/test split) record neither key.
-        cells.append(f"v{kinds['trained'].get('eval_set_version', 1)}")
-        trained_on = kinds["trained"].get("eval_levels_trained_on")
+        cells.append(f"v{version}")
+        trained = kinds["trained"]
+        trained_on = trained.get("eval_levels_trained_on")
         cells.append("not recorded (before the split)" if trained_on is None else str(trained_on))
+        settings = trained.get("agent_settings") or {}
+        teacher = settings.get("teacher", "not recorded")
+        cells.append("the env's rewards" if teacher is None else teacher)
         lines.append(cells)
     return lines
 
@@ -343,18 +364,20 @@ HEADLINE_HEADER = [
     "eval levels",
     "eval set",
     "of them trained on",
+    "learns from",
 ]
 
 
-def readme_block(document: dict[str, Any]) -> str:
-    return f"{README_BEGIN}\n\n{table(HEADLINE_HEADER, headline_rows(document))}\n{README_END}"
+def readme_block(document: dict[str, Any], earlier: dict[str, Any] | None = None) -> str:
+    return f"{README_BEGIN}\n\n{table(HEADLINE_HEADER, headline_rows(document, earlier))}\n{README_END}"
 
 
-def update_readme(document: dict[str, Any], readme: Path = ROOT / "README.md") -> bool:
+def update_readme(document: dict[str, Any], earlier: dict[str, Any] | None = None,
+                  readme: Path = ROOT / "README.md") -> bool:
     """Rewrite the marked block of README.md; True when it changed."""
     text = readme.read_text()
     start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
-    new = text[:start] + readme_block(document) + text[end:]
+    new = text[:start] + readme_block(document, earlier) + text[end:]
     readme.write_text(new)
     return new != text
 
@@ -387,7 +410,7 @@ def generate(report: bool = True) -> list[Path]:
         chart(document, GENERATED / "leaderboard.png")
     write(
         GENERATED / "headline.md",
-        table(HEADLINE_HEADER, headline_rows(document)),
+        table(HEADLINE_HEADER, headline_rows(document, before_split_document())),
         "benchmarks/results/leaderboard*.json",
     )
     write(
@@ -414,7 +437,8 @@ def main(argv: list[str] | None = None) -> None:
     files = generate()
     print(f"wrote {len(files)} files under {GENERATED.relative_to(ROOT)}")
     if args.readme:
-        print("README.md " + ("updated" if update_readme(leaderboard_document()) else "already up to date"))
+        changed = update_readme(leaderboard_document(), before_split_document())
+        print("README.md " + ("updated" if changed else "already up to date"))
 
 
 if __name__ == "__main__":

@@ -216,6 +216,9 @@ class TextEnv(gym.Env[str, str]):
     format_hint: ClassVar[str] = "Put your action inside <answer>...</answer>."
     #: Constructor options that change which level a seed yields (see :meth:`level_space`).
     level_options: ClassVar[tuple[str, ...]] = ()
+    #: Constructor options that, set to a true value, put a teacher's signal into the rewards
+    #: (option name -> the teacher, e.g. Sokoban's ``progress_reward`` -> ``"solver"``); see :meth:`teacher`.
+    teacher_options: ClassVar[dict[str, str]] = {}
 
     observation_space: spaces.Text
     action_space: spaces.Text
@@ -346,6 +349,16 @@ class TextEnv(gym.Env[str, str]):
             return None
         options = {name: getattr(self, name) for name in self.level_options}
         return LevelSpace.of(_class_name(type(self)), options)
+
+    def teacher(self) -> str | None:
+        """Who besides the task shapes this env's rewards: a :attr:`teacher_options` value, or None.
+
+        Rewards that come from the task alone (success, a box onto a target) have no teacher;
+        an option such as Sokoban's ``progress_reward``, which rewards the moves an exact solver
+        counts as progress, makes the solver one. Learning results record it.
+        """
+        teachers = sorted({name for option, name in self.teacher_options.items() if getattr(self, option)})
+        return "+".join(teachers) or None
 
     # Optional, for eval sets, gold tests and the optimal agent:
     def level(self) -> Any:

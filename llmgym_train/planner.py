@@ -315,6 +315,24 @@ def hold_out_evaluated_levels(
             spec.options["held_out_levels"] = evaluated[space]
 
 
+def teacher_of(train_envs: Sequence[EnvSpec]) -> str | None:
+    """Who besides the tasks shaped a run's rewards: its training envs' :meth:`llmgym.core.TextEnv.teacher`
+    (``"solver"`` for Sokoban's ``progress_reward``), joined with ``+``; None for the envs' own rewards."""
+    import gymnasium as gym
+
+    from llmgym.core import TextEnv
+
+    teachers = set()
+    for spec in train_envs:
+        env = gym.make(spec.id, **spec.options)
+        try:
+            if isinstance(env.unwrapped, TextEnv) and (teacher := env.unwrapped.teacher()) is not None:
+                teachers.add(teacher)
+        finally:
+            env.close()
+    return "+".join(sorted(teachers)) or None
+
+
 def _level_space(spec: EnvSpec) -> Any:
     import gymnasium as gym
 

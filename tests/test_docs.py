@@ -66,9 +66,30 @@ def test_readme_headline_table_is_up_to_date_with_the_results_json():
     gen = _gen_pages()
     text = (ROOT / "README.md").read_text()
     start, end = text.index(gen.README_BEGIN), text.index(gen.README_END) + len(gen.README_END)
-    assert text[start:end] == gen.readme_block(gen.leaderboard_document()), (
+    assert text[start:end] == gen.readme_block(gen.leaderboard_document(), gen.before_split_document()), (
         "README.md's headline table is stale: run python docs/gen_pages.py --readme"
     )
+
+
+def test_headline_shows_each_eval_set_version_apart_with_its_own_baselines():
+    gen = _gen_pages()
+
+    def row(agent: str, rate: float, version: int | None, trained_on: int | None = None) -> dict:
+        extra = {} if version is None else {"eval_set_version": version, "eval_levels_trained_on": trained_on}
+        return {"agent": agent, "env_id": "llmgym/FrozenLake-v1", "levels": 200,
+                "summary": {"success_rate": rate}, **extra}
+
+    current = {"results": [{**row("checkpoint:runs/a", 0.7, 2, 0), "agent_settings": {"teacher": None}},
+                           row("random", 0.05, 2, 0),
+                           row("random", 0.06, None)]}
+    earlier = {"results": [row("checkpoint:runs/a", 0.9, None), row("base:runs/a", 0.0, None)]}
+    lines = gen.headline_rows(current, earlier)
+    assert [line[:7] for line in lines] == [
+        ["`FrozenLake-v1`", "70.0%", "-", "-", "5.0%", "-", "200"],
+        ["`FrozenLake-v1`", "90.0%", "0.0%", "-", "6.0%", "-", "200"],
+    ]
+    assert [line[7:] for line in lines] == [["v2", "0", "the env's rewards"],
+                                            ["v1", "not recorded (before the split)", "not recorded"]]
 
 
 def test_readme_states_figures_only_in_the_generated_table():

@@ -290,6 +290,8 @@ def test_base_row_of_a_run_plays_the_starting_model_with_the_runs_settings(tmp_p
     assert base["agent"].startswith("base:") and trained["agent"].startswith("checkpoint:")
     assert base["agent_settings"]["model"] == str(resolve_model(str(model))), "the config's model, not model/"
     assert trained["agent_settings"]["model"] != base["agent_settings"]["model"]
+    assert trained["agent_settings"]["teacher"] is None, "FrozenLake's own rewards"
+    assert base["agent_settings"]["teacher"] is None
     settings = ("agent", "response_prefix", "choices", "max_new_tokens", "env_options")
     assert [base["agent_settings"][key] for key in settings] == [trained["agent_settings"][key] for key in settings]
     assert [e["actions"] for e in base["episodes"]] == [e["actions"] for e in trained["episodes"]], "same weights"

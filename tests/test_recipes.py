@@ -10,6 +10,7 @@ import pytest
 
 from llmgym.error import InvalidOptionError, UnknownOptionError
 from llmgym_train.cli import main
+from llmgym_train.planner import teacher_of
 from llmgym_train.recipes import Recipe, load_recipe, parse_recipe, recipe_names
 
 RECIPES = recipe_names()
@@ -41,6 +42,22 @@ def test_env_reward_recipes_keep_the_solver_out_of_the_loss(name: str) -> None:
     config = load_recipe(name).load()
     assert config.loss.credit != "lookahead"
     assert all(not spec.options.get("progress_reward") for spec in config.train_envs)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_declares_the_teacher_its_training_envs_have(name: str) -> None:
+    recipe = load_recipe(name)
+    assert teacher_of(recipe.load().train_envs) == recipe.teacher
+
+
+def test_the_teacher_comes_from_the_training_envs_options() -> None:
+    def with_progress_reward(name: str, weight: float) -> Any:
+        envs = [{**env, "options": {**env["options"], "progress_reward": weight}}
+                for env in load_recipe(name).config["train_envs"]]
+        return load_recipe(name).load(values={"train_envs": envs}).train_envs
+
+    assert teacher_of(with_progress_reward("sokoban-v1-grpo", 1.0)) == "solver"
+    assert teacher_of(with_progress_reward("sokoban-v1", 0.0)) is None
 
 
 def test_a_recipe_that_trains_on_the_test_split_is_refused() -> None:

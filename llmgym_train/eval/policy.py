@@ -34,7 +34,7 @@ from llmgym_train.eval.results import portable_path
 from llmgym_train.generation.base import Generator, SamplingSpec
 from llmgym_train.metrics import episode_metrics
 from llmgym_train.envs import EnvPool
-from llmgym_train.planner import EvalLevel, drawn_level_keys, plan_eval
+from llmgym_train.planner import EvalLevel, drawn_level_keys, plan_eval, teacher_of
 from llmgym_train.rollout import rollout as run_rollout
 
 if TYPE_CHECKING:
@@ -232,7 +232,9 @@ class RunAgent:
         )
         tokenizer = AutoTokenizer.from_pretrained(folder)
         extra = {"model": str(folder), "backend": options.backend, "seed": options.seed,
-                 "weights": "the run's starting model" if base else "the run's last checkpoint"}
+                 "weights": "the run's starting model" if base else "the run's last checkpoint",
+                 # Who besides the env's rewards shaped training (None: nobody, or untrained).
+                 "teacher": None if base else teacher_of(config.train_envs)}
         return cls(run, generator, tokenizer, config, settings, name, extra)
 
     def env_spec(self, env_id: str, max_turns: int | None = None) -> EnvSpec:

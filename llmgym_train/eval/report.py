@@ -150,7 +150,7 @@ def row_notes(row: dict[str, Any]) -> str:
     for key in NOTE_KEYS:
         for place in (row, row.get("agent_settings") or {}, row.get("provenance") or {}):
             if isinstance(place, dict) and key in place:
-                notes.append(f"{key}: {place[key]}")
+                notes.append(f"{key}: {'none' if place[key] is None else place[key]}")
                 break
     return "; ".join(notes)
 

@@ -121,6 +121,7 @@ class SokobanEnv(TextEnv):
 
     action_names: ClassVar[tuple[str, ...]] = ACTIONS
     level_options: ClassVar[tuple[str, ...]] = ("dim_room", "num_boxes", "max_level_moves")
+    teacher_options: ClassVar[dict[str, str]] = {"progress_reward": "solver"}
     format_hint = "Put one action (Up, Down, Left or Right) inside <answer>...</answer>."
 
     def __init__(
