@@ -24,7 +24,8 @@ Importing this module loads no torch: ``llmgym-bench`` reads its eval levels wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -318,29 +319,29 @@ def hold_out_evaluated_levels(
 def teacher_of(train_envs: Sequence[EnvSpec]) -> str | None:
     """Who besides the tasks shaped a run's rewards: its training envs' :meth:`llmgym.core.TextEnv.teacher`
     (``"solver"`` for Sokoban's ``progress_reward``), joined with ``+``; None for the envs' own rewards."""
-    import gymnasium as gym
-
-    from llmgym.core import TextEnv
-
-    teachers = set()
+    teachers: set[str] = set()
     for spec in train_envs:
-        env = gym.make(spec.id, **spec.options)
-        try:
-            if isinstance(env.unwrapped, TextEnv) and (teacher := env.unwrapped.teacher()) is not None:
-                teachers.add(teacher)
-        finally:
-            env.close()
+        with _text_env(spec) as env:
+            if env is not None and (teacher := env.teacher()) is not None:
+                teachers.update(teacher.split("+"))
     return "+".join(sorted(teachers)) or None
 
 
 def _level_space(spec: EnvSpec) -> Any:
+    with _text_env(spec) as env:
+        return None if env is None else env.level_space()
+
+
+@contextlib.contextmanager
+def _text_env(spec: EnvSpec) -> Iterator[Any]:
+    """``spec``'s env, unwrapped, if it is a :class:`llmgym.core.TextEnv` (else None); closed on exit."""
     import gymnasium as gym
 
     from llmgym.core import TextEnv
 
     env = gym.make(spec.id, **spec.options).unwrapped
     try:
-        return env.level_space() if isinstance(env, TextEnv) else None
+        yield env if isinstance(env, TextEnv) else None
     finally:
         env.close()
 
