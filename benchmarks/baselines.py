@@ -392,9 +392,18 @@ def compute_baselines(
     env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], seed: int = 0,
     episodes_per_level: int = 32,
 ) -> dict[str, Any]:
-    """``random``, ``blind_route`` and ``optimal`` on ``records`` under the eval ``options``."""
-    return {
-        "random": random_baseline(env_id, records, options, episodes_per_level, seed),
-        "blind_route": blind_route_baseline(env_id, records, options),
-        "optimal": optimal_baseline(env_id, records, options),
-    }
+    """``random``, ``blind_route`` and ``optimal`` on ``records`` under the eval ``options``.
+
+    Envs answered in free text (math, tool use) have no named moves to draw at random or to
+    route blindly: they get ``optimal`` alone, and their lower mark is the base model's own
+    figure (a learning curve's ``eval_success_before``).
+    """
+    env = make_env(env_id, options)
+    named = bool(getattr(env, "action_names", None))
+    env.close()
+    baselines: dict[str, Any] = {}
+    if named:
+        baselines["random"] = random_baseline(env_id, records, options, episodes_per_level, seed)
+        baselines["blind_route"] = blind_route_baseline(env_id, records, options)
+    baselines["optimal"] = optimal_baseline(env_id, records, options)
+    return baselines
