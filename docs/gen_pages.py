@@ -368,8 +368,89 @@ HEADLINE_HEADER = [
 ]
 
 
-def readme_block(document: dict[str, Any], earlier: dict[str, Any] | None = None) -> str:
-    return f"{README_BEGIN}\n\n{table(HEADLINE_HEADER, headline_rows(document, earlier))}\n{README_END}"
+LEARNING_HEADER = [
+    "id",
+    "recipe",
+    "learns from",
+    "seeds",
+    "base model",
+    "trained: mean",
+    "trained: each seed",
+    "best blind route",
+    "minutes each",
+    "eval levels",
+    "of them trained on",
+]
+
+
+def learning_documents() -> list[tuple[str, dict[str, Any]]]:
+    """The learning-curve JSONs directly in the results folder (runs under the split), by file name.
+
+    Subfolders hold recipe trials and results from before the split; the docs' learning-curves
+    page shows those, the README does not.
+    """
+    found = []
+    for path in sorted(RESULTS.glob("learning_curve*.json")):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and isinstance(data.get("seeds"), list) and data["seeds"]:
+            found.append((path.name, data))
+    return found
+
+
+def learning_rows(documents: list[tuple[str, dict[str, Any]]]) -> list[list[str]]:
+    """One row per learning-curve JSON: its recipe and teacher, the base model's and the trained
+    greedy success on the same eval levels (mean and each seed), the blind route beside them."""
+
+    def percent(value: Any) -> str:
+        return "-" if value is None else f"{100 * value:.1f}%"
+
+    lines = []
+    for _, data in documents:
+        seeds = data["seeds"]
+        per_seed = {key: data.get(key) or [None] * len(seeds) for key in (
+            "preset", "teacher", "eval_success_before", "eval_success_after", "minutes_budget",
+            "eval_levels_trained_on")}
+        teachers = set(per_seed["teacher"])
+        if "teacher" not in data:
+            learns_from = "not recorded"
+        elif teachers == {None}:
+            learns_from = "the env's rewards"
+        else:
+            learns_from = ", ".join(sorted(str(teacher) for teacher in teachers))
+        after = [value for value in per_seed["eval_success_after"] if value is not None]
+        before = [value for value in per_seed["eval_success_before"] if value is not None]
+        trained_on = per_seed["eval_levels_trained_on"]
+        blind = (data.get("baselines") or {}).get("blind_route") or {}
+        lines.append([
+            f"`{str(data.get('env_id', '?')).removeprefix('llmgym/')}`",
+            ", ".join(f"`{name}`" for name in dict.fromkeys(str(p) for p in per_seed["preset"])),
+            learns_from,
+            str(len(seeds)),
+            percent(sum(before) / len(before) if before else None),
+            percent(sum(after) / len(after) if after else None),
+            " / ".join(percent(value) for value in per_seed["eval_success_after"]),
+            percent(blind.get("success")),
+            ", ".join(dict.fromkeys(fmt(value) for value in per_seed["minutes_budget"])),
+            str((data.get("eval_levels") or {}).get("count", "?")),
+            "not recorded" if None in trained_on else ", ".join(dict.fromkeys(str(v) for v in trained_on)),
+        ])
+    return lines
+
+
+LEARNING_INTRO = (
+    "Learning runs under the split (`benchmarks/results/learning_curve_*.json`, one invocation per "
+    "seed, each within its minutes on this 2-core CPU): greedy success on the first eval levels "
+    "before and after training."
+)
+
+
+def readme_block(document: dict[str, Any], earlier: dict[str, Any] | None = None,
+                 learning: list[tuple[str, dict[str, Any]]] | None = None) -> str:
+    parts = [README_BEGIN, table(HEADLINE_HEADER, headline_rows(document, earlier)).rstrip("\n")]
+    rows = learning_rows(learning_documents() if learning is None else learning)
+    if rows:
+        parts += [LEARNING_INTRO, table(LEARNING_HEADER, rows).rstrip("\n")]
+    return "\n\n".join(parts) + f"\n\n{README_END}"
 
 
 def update_readme(document: dict[str, Any], earlier: dict[str, Any] | None = None,

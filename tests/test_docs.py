@@ -92,6 +92,30 @@ def test_headline_shows_each_eval_set_version_apart_with_its_own_baselines():
                                             ["v1", "not recorded (before the split)", "not recorded"]]
 
 
+def test_learning_rows_put_env_reward_and_teacher_recipes_side_by_side():
+    gen = _gen_pages()
+
+    def curve(env_id: str, preset: str, teacher: str | None, after: list[float], blind: float | None) -> dict:
+        seeds = list(range(len(after)))
+        baselines = {} if blind is None else {"blind_route": {"success": blind}}
+        return {"env_id": env_id, "seeds": seeds, "preset": [preset] * len(seeds), "teacher": [teacher] * len(seeds),
+                "eval_success_before": [0.1] * len(seeds), "eval_success_after": after,
+                "minutes_budget": [60.0] * len(seeds), "eval_levels_trained_on": [0] * len(seeds),
+                "eval_levels": {"count": 64}, "baselines": baselines}
+
+    old = curve("llmgym/Sokoban-v1", "sokoban-v1", None, [0.5], 0.2)
+    del old["teacher"]  # a JSON written before runs recorded their teacher
+    lines = gen.learning_rows([
+        ("a.json", curve("llmgym/Sokoban-v1", "sokoban-v1", "solver", [0.5, 0.25], 0.2)),
+        ("b.json", curve("llmgym/Math-Easy-v0", "math-easy-grpo", None, [0.4, 0.3, 0.2], None)),
+        ("c.json", old),
+    ])
+    assert lines[0] == ["`Sokoban-v1`", "`sokoban-v1`", "solver", "2", "10.0%", "37.5%", "50.0% / 25.0%", "20.0%",
+                        "60", "64", "0"]
+    assert lines[1][2:8] == ["the env's rewards", "3", "10.0%", "30.0%", "40.0% / 30.0% / 20.0%", "-"]
+    assert lines[2][2] == "not recorded"
+
+
 def test_readme_states_figures_only_in_the_generated_table():
     text = (ROOT / "README.md").read_text()
     gen = _gen_pages()
