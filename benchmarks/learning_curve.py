@@ -17,7 +17,8 @@ interrupted run loses only its own seed. Per-seed figures are lists in seed orde
 ``eval_success_before``, ``eval_success_after``, ``minutes`` (wall time of the run, model
 loading and evaluations included), ``train_minutes`` (what ``--minutes`` bounds), ``config``,
 ``eval_curve``, the load average at the start and end of the run, its commit, machine and
-versions, ...), with
+versions, ``eval_success_by_level`` (the final evaluation, 1 or 0 a level in eval-set order),
+``eval_success_beyond_blind`` (success on those of the levels the best blind route fails), ...), with
 ``eval_success_after_mean`` beside them, and ``baselines`` (random, best blind route, optimal:
 :mod:`benchmarks.baselines`) on the same levels under the same eval options. The run's curve
 PNG is copied next to the JSON as ``learning_curve_<Name>_seed<N>.png``. Paths in the JSON are
@@ -96,7 +97,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.baselines import compute_baselines, eval_records
+from benchmarks.baselines import blind_route_solves, compute_baselines, eval_records
 from benchmarks.common import RESULTS_DIR, provenance, write_result
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import EVAL_SET_VERSION
@@ -107,7 +108,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Figures with one value per seed, kept as lists in seed order (``seeds`` is the key).
 PER_SEED_KEYS = (
     "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
-    "steps", "completed", "eval_levels_trained_on", "teacher",
+    "steps", "completed", "eval_levels_trained_on", "teacher", "eval_success_beyond_blind", "eval_success_by_level",
     "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
     "output", "run_provenance", "config",
 )
@@ -328,6 +329,10 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
     started = time.perf_counter()
     with Trainer(config) as trainer:
         summary = trainer.train()
+        evaluation = trainer.last_evaluation
+    by_level = None
+    if evaluation is not None:  # the final evaluation's episodes of this env, in eval-set order
+        by_level = [int(bool(t.success)) for t, tag in zip(evaluation.trajectories, evaluation.labels) if tag == label]
     minutes = (time.perf_counter() - started) / 60
     load_end = os.getloadavg()
     trained_on = eval_levels_trained_on(config.train_envs, config.rollout.group_size, config.seed, summary.step,
@@ -350,6 +355,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "steps": summary.step,
         "completed": summary.completed,
         "eval_levels_trained_on": trained_on.get(label),
+        "eval_success_by_level": by_level,
         "stop_reason": summary.stop_reason,
         "eval_curve": [[r["step"], r[key]] for r in records if r["kind"] == "eval" and key in r],
         "train_success": [[r["step"], r.get("success_rate")] for r in records if r["kind"] == "train"],
@@ -360,6 +366,15 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "run_provenance": code,
         "config": config.to_dict(),
     }
+
+
+def success_beyond_blind(by_level: list[int] | None, blind_solves: list[bool] | None) -> float | None:
+    """Success on the levels the best blind route fails: what reading the level adds to a fixed
+    sequence of moves. ``None`` without per-level results, or when every level falls to the route."""
+    if by_level is None or blind_solves is None or len(by_level) != len(blind_solves):
+        return None
+    beyond = [success for success, blind in zip(by_level, blind_solves) if not blind]
+    return sum(beyond) / len(beyond) if beyond else None
 
 
 def _train_minutes(records: list[dict[str, Any]]) -> float | None:
@@ -401,6 +416,9 @@ def main(argv: list[str] | None = None) -> None:
             write_result(result_name(args.env), document, results_dir)
         run = train_seed(config, args.env, spec.label, results_dir)
         run["preset"] = preset_name
+        route = (document.get("baselines") or {}).get("blind_route", {}).get("route")
+        blind = None if route is None else blind_route_solves(args.env, records, eval_options, route)
+        run["eval_success_beyond_blind"] = success_beyond_blind(run["eval_success_by_level"], blind)
         # What the run's training envs say, not what the recipe claims (an override can add a teacher).
         run["teacher"] = teacher_of(config.train_envs)
         # Reread: another seed may have been merged while this one trained.

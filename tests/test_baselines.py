@@ -12,6 +12,7 @@ import pytest
 from benchmarks.baselines import (
     beam_blind_route,
     blind_route_baseline,
+    blind_route_solves,
     build_level_graph,
     eval_records,
     exact_blind_route,
@@ -21,7 +22,14 @@ from benchmarks.baselines import (
     random_baseline,
 )
 from benchmarks import learning_curve
-from benchmarks.learning_curve import PER_SEED_KEYS, check_compatible, level_summary, main, merge_seed
+from benchmarks.learning_curve import (
+    PER_SEED_KEYS,
+    check_compatible,
+    level_summary,
+    main,
+    merge_seed,
+    success_beyond_blind,
+)
 from llmgym.envs.frozen_lake import generate_map
 from llmgym.error import InvalidOptionError
 
@@ -163,3 +171,19 @@ def test_a_stopped_seed_leaves_the_results_file_as_it_was(tmp_path: Path, monkey
         main(["--env", LAKE, "--seed", "0", "--results-dir", str(tmp_path)])
     # Same baselines: the recorded seeds keep the provenance they were written with.
     assert path.read_text() == recorded
+
+
+def test_success_beyond_blind_counts_only_the_levels_the_blind_route_fails() -> None:
+    records = eval_records(LAKE, 64)
+    options = {"max_turns": 10}
+    found = blind_route_baseline(LAKE, records, options)
+    blind = blind_route_solves(LAKE, records, options, found["route"])
+    assert sum(blind) == found["solved"] and 0 < found["solved"] < 64
+    solver = [1] * 64
+    assert success_beyond_blind(solver, blind) == 1.0
+    only_blind = [int(solved) for solved in blind]
+    assert success_beyond_blind(only_blind, blind) == 0.0
+    one_more = list(only_blind)
+    one_more[blind.index(False)] = 1
+    assert success_beyond_blind(one_more, blind) == pytest.approx(1 / (64 - found["solved"]))
+    assert success_beyond_blind(None, blind) is None and success_beyond_blind(solver[:10], blind) is None
