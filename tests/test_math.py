@@ -106,6 +106,16 @@ def test_equivalent_forms_score_1(solved_levels):
             assert reward == 1.0, (level["answer"], form, info)
 
 
+def test_a_copied_computation_scores_nothing_and_says_why():
+    """A policy can copy "Compute 5 + 11." back as its answer; the env asks for the number."""
+    env = MathEnv()
+    env.reset(options={"level": {"question": "Compute 5 + 11.", "answer": "16"}})
+    reward, terminated, _, info = _play(env, "<answer>5 + 11</answer>")
+    assert (reward, terminated, info["success"], info["verification"]) == (0.0, True, False, "computation")
+    env.reset(options={"level": {"question": "Compute 5 + 11.", "answer": "16"}})
+    assert _play(env, "<answer>16</answer>")[0] == 1.0
+
+
 def test_half_in_every_written_form_counts():
     env = MathEnv()
     level = {"question": "What is 1/2?", "answer": "1/2"}

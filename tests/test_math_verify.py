@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from llmgym.envs.math import MathEnv
-from llmgym.envs.math.verify import AnswerVerifier, fast_verdict, parse_number
+from llmgym.envs.math.verify import AnswerVerifier, fast_verdict, is_computation, parse_number
 from llmgym.error import InvalidOptionError
 
 TIMEOUT = 2.0
@@ -42,16 +42,26 @@ def test_fast_path_reads_plain_numbers_exactly():
     assert parse_number("$1,000$") == 1000 and parse_number("x=7.") == 7
     assert parse_number("1/0") is None and parse_number("2^3") is None and parse_number("1" * 300) is None
     assert fast_verdict("1/3", "0.3333333") is False  # decimals count at face value
-    assert fast_verdict("8", "2^3") is None  # needs the worker
+    assert fast_verdict("8", "2^3") is None  # not plainly a number: decided by a later stage
 
 
 @pytest.mark.parametrize(("gold", "answer"), [
-    ("8", "2^3"), ("2", "\\sqrt{4}"), ("1/2", "\\frac{2}{4}"), ("3/4", "\\frac{3}{4}"), ("5", "\\boxed{5}"),
-    ("1/2", "2^{-1}"), ("6", "2 \\cdot 3"),
+    ("2", "\\sqrt{4}"), ("1/2", "\\frac{2}{4}"), ("3/4", "\\frac{3}{4}"), ("5", "\\boxed{5}"),
+    ("\\frac{\\sqrt{3}}{2}", "\\sqrt{3}/2"),
 ])
 def test_equivalent_forms_that_need_the_worker_count(verifier, gold, answer):
     verdict = verifier.verify(gold, answer)
     assert verdict.correct, verdict
+
+
+@pytest.mark.parametrize(("gold", "answer"), [
+    ("16", "5 + 11"), ("42", "3 * 14"), ("25/6", "3/2 + 8/3"), ("-18", "2*(-9)"), ("8", "2^3"), ("1/2", "2^{-1}"),
+    ("6", "2 \\cdot 3"), ("25/6", "\\frac{3}{2} + \\frac{8}{3}"), ("16", "\\boxed{5 + 11}"), ("42", "x = 3 \\times 14"),
+])
+def test_a_computation_of_the_right_value_is_not_an_answer(verifier, gold, answer):
+    """Copying "Compute 5 + 11." back would score if the worker evaluated it; the number is asked for."""
+    verdict = verifier.verify(gold, answer)
+    assert (verdict.correct, verdict.source) == (False, "computation") and is_computation(answer)
 
 
 @pytest.mark.parametrize(("gold", "answer"),
@@ -72,11 +82,13 @@ HOSTILE = {
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_answers_are_wrong_within_the_timeout_and_the_verifier_still_works(verifier, name):
     start = time.monotonic()
-    verdict = verifier.verify("3", HOSTILE[name])
+    # A reference that is not a plain number, so the answer goes to the worker (a number's would
+    # stop at the computation check).
+    verdict = verifier.verify("\\sqrt{3}", HOSTILE[name])
     elapsed = time.monotonic() - start
     assert not verdict.correct and verdict.source in ("worker", "timeout", "error"), verdict
     assert elapsed < TIMEOUT + SLACK, f"{name} took {elapsed:.1f} s"
-    assert verifier.verify("8", "2^3").correct
+    assert verifier.verify("2", "\\sqrt{4}").correct
 
 
 def test_ten_megabyte_answers_are_wrong_at_once():
@@ -95,7 +107,7 @@ def test_ten_megabyte_answers_past_a_raised_cap_still_end_within_the_timeout():
         verdict = verifier.verify("3", "\\frac{1}{" * 1_000_000 + "x")
         assert not verdict.correct, verdict
         assert time.monotonic() - start < TIMEOUT + SLACK + 1.0  # plus writing 10 MB down the pipe
-        assert verifier.verify("8", "2^3").correct
+        assert verifier.verify("2", "\\sqrt{4}").correct
     finally:
         verifier.close()
 
@@ -121,7 +133,7 @@ def test_timeouts_hold_off_the_main_thread(pool):
 
 
 def test_many_threads_share_a_small_worker_pool(pool):
-    cases = [("8", "2^3", True), ("8", "2^4", False), ("2", "\\sqrt{4}", True), ("1/2", "0.5", True)] * 2
+    cases = [("3", "\\sqrt{9}", True), ("3", "\\sqrt{10}", False), ("2", "\\sqrt{4}", True), ("1/2", "0.5", True)] * 2
     with ThreadPoolExecutor(6) as threads:
         verdicts = list(threads.map(lambda case: pool.verify(case[0], case[1]), cases))
     assert [v.correct for v in verdicts] == [case[2] for case in cases]

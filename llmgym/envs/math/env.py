@@ -62,7 +62,9 @@ class MathEnv(TextEnv):
     Problems are generated from ``np_random`` (see :mod:`llmgym.envs.math.problems`):
     arithmetic, fractions, linear equations and word problems, each with an exact answer.
     Answers are checked by :class:`~llmgym.envs.math.verify.AnswerVerifier`: exact numbers
-    compare exactly, other forms go to math-verify in a worker with a hard timeout.
+    compare exactly, other forms go to math-verify in a worker with a hard timeout. Where the
+    reference is a number, an answer that is still a computation (``5 + 11`` for "Compute
+    5 + 11.") is wrong, with ``info["verification"] == "computation"``: the number is asked for.
 
     Action Space:
         Any string; the last ``<answer>`` (or, without one, the last ``\\boxed{}``) is the answer.
@@ -101,7 +103,10 @@ class MathEnv(TextEnv):
     ``state_key()`` (also ``info["state_key"]``) is the attempt number and a digest of the problem.
 
     Version History:
-        * v0: initial version.
+        * v0: initial version. A computation given for a numeric answer counted as right until
+          the verifier's computation check; no recorded result changed (the leaderboard's math
+          rows are the random agent's, whose random strings hold no answer, and the optimal
+          agent's, which answers the number).
     """
 
     reset_options: ClassVar[frozenset[str]] = frozenset({"level", "difficulty"})

@@ -8,7 +8,12 @@ Three stages, cheapest first:
    (``12``, ``-3``, ``1,000``, ``0.5``, ``7/4``, ``\\frac{1}{2}``, ``x = 5``, ``$5$``) they are
    compared as :class:`fractions.Fraction` values: exact, and no process is involved. Most
    verifications end here. Decimals count at face value: ``0.333`` is not ``1/3``.
-3. **Worker process.** Everything else goes to a worker running math-verify (reference
+3. **A number, not a computation.** When the reference is a plain number, an answer that is
+   still a computation (``5 + 11``, ``3 * 14``, ``3/2 + 8/3``; after its last ``=``, if any) is
+   wrong: the problem asks for the number, and math-verify would evaluate the expression and
+   accept it, so copying a "Compute ..." question would score. ``10 - 2 = 8`` ends in a number
+   and goes on to stage 4.
+4. **Worker process.** Everything else goes to a worker running math-verify (reference
    first, as math-verify expects), or a sympy fallback when math-verify is not installed. The
    worker has a hard timeout: math-verify's own timeouts use ``SIGALRM``, which works only on
    a main thread, so inside a thread of a vector env they would silently do nothing. A worker
@@ -39,7 +44,7 @@ from typing import Literal
 from llmgym.error import InvalidOptionError
 
 Backend = Literal["auto", "math_verify", "sympy"]
-VerdictSource = Literal["fast", "worker", "too_long", "timeout", "error"]
+VerdictSource = Literal["fast", "computation", "worker", "too_long", "timeout", "error"]
 
 _WORKER = Path(__file__).resolve().parent / "_verify_worker.py"
 _STARTUP_TIMEOUT = 120.0
@@ -56,6 +61,8 @@ _SLASH = re.compile(r"([+-]?\d+)/([+-]?\d+)")
 #: ``\frac{a}{b}``, ``\dfrac``, ``\tfrac``, and the brace-less ``\frac12`` (one digit per argument).
 _LATEX_FRACTION = re.compile(r"([+-]?)\\[dt]?frac(?:\{([+-]?\d+)\}|(\d))(?:\{([+-]?\d+)\}|(\d))")
 _BOXED = re.compile(r"^\\boxed\{(.*)\}$")
+#: Two numbers joined by an arithmetic operator: ``5 + 11``, ``2*(-9)``, ``\\frac{3}{2} + 1``, ``2^3``.
+_COMPUTATION = re.compile(r"[\d)}]\s*(?:[-+*/^×÷·]|\\cdot|\\times|\\div)(?:[\s(\[{+-]|\\[a-zA-Z]+)*\d")
 #: Longest text the fast path tries to read as a number.
 _FAST_PATH_CHARS = 200
 
@@ -100,6 +107,16 @@ def parse_number(text: str) -> Fraction | None:
         value = Fraction(numerator, denominator)
         return -value if match.group(1) == "-" else value
     return None
+
+
+def is_computation(answer: str) -> bool:
+    """Whether ``answer`` (after its last ``=``) is arithmetic still to be done rather than a number.
+
+    >>> is_computation("3 * 14"), is_computation("x = 42"), is_computation("-7/4"), is_computation("40 + 2 = 42")
+    (True, False, False, False)
+    """
+    text = _WRAPPERS.sub("", answer).rsplit("=", 1)[-1]
+    return parse_number(text) is None and _COMPUTATION.search(text) is not None
 
 
 def fast_verdict(gold: str, answer: str) -> bool | None:
@@ -210,6 +227,8 @@ class AnswerVerifier:
         decided = fast_verdict(gold, answer)
         if decided is not None:
             return Verdict(decided, "fast")
+        if parse_number(gold) is not None and is_computation(answer):
+            return Verdict(False, "computation", "the answer is a computation; the problem asks for its value")
         return self._ask_worker(gold, answer)
 
     async def averify(self, gold: str, answer: str) -> Verdict:
