@@ -1,4 +1,4 @@
-"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (8.5-15 minutes on 2 cores); print the change.
+"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (8.5-16.3 minutes on 2 cores); print the change.
 
     python scripts/demo_train.py [--recipe 3x3|v1] [--output runs/demo] [--steps 60] [--minutes 0]
         [--record] [key=value ...]
