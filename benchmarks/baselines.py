@@ -98,14 +98,18 @@ def play_moves(env: TextEnv, record: dict[str, Any], moves: Sequence[str]) -> bo
 
 
 def blind_route_solves(
-    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], route: Sequence[str]
+    env_id: str, records: Sequence[dict[str, Any]], options: dict[str, Any], route: Sequence[str],
+    env: TextEnv | None = None,
 ) -> list[bool]:
-    """Which of ``records`` the fixed move sequence ``route`` solves, replayed on the env."""
-    env = make_env(env_id, options)
+    """Which of ``records`` the fixed move sequence ``route`` solves, replayed on ``env`` (default:
+    a new ``env_id`` env with ``options``, closed after)."""
+    own = env is None
+    env = make_env(env_id, options) if env is None else env
     try:
         return [play_moves(env, record, route) for record in records]
     finally:
-        env.close()
+        if own:
+            env.close()
 
 
 def _answer(moves: Sequence[str]) -> str:
@@ -375,8 +379,8 @@ def blind_route_baseline(
     else:
         tries = [beam_blind_route(graph, moves, width) for width in beam_widths]
         solved, route = max(tries, key=lambda found: found[0])  # the first of the best
+    replayed = sum(blind_route_solves(env_id, records, options, route, env))
     env.close()
-    replayed = sum(blind_route_solves(env_id, records, options, route))
     if replayed != solved:
         raise Error(
             f"The blind route {route} solves {solved} of {len(records)} {env_id} levels in the search, but "

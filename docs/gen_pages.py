@@ -383,7 +383,7 @@ LEARNING_HEADER = [
 ]
 
 
-def learning_documents() -> list[tuple[str, dict[str, Any]]]:
+def learning_documents() -> list[dict[str, Any]]:
     """The learning-curve JSONs directly in the results folder (runs under the split), by file name.
 
     Subfolders hold recipe trials and results from before the split; the docs' learning-curves
@@ -393,11 +393,11 @@ def learning_documents() -> list[tuple[str, dict[str, Any]]]:
     for path in sorted(RESULTS.glob("learning_curve*.json")):
         data = json.loads(path.read_text())
         if isinstance(data, dict) and isinstance(data.get("seeds"), list) and data["seeds"]:
-            found.append((path.name, data))
+            found.append(data)
     return found
 
 
-def learning_rows(documents: list[tuple[str, dict[str, Any]]]) -> list[list[str]]:
+def learning_rows(documents: list[dict[str, Any]]) -> list[list[str]]:
     """One row per learning-curve JSON: its recipe and teacher, the base model's and the trained
     greedy success on the same eval levels (mean and each seed), the blind route beside them."""
 
@@ -405,7 +405,7 @@ def learning_rows(documents: list[tuple[str, dict[str, Any]]]) -> list[list[str]
         return "-" if value is None else f"{100 * value:.1f}%"
 
     lines = []
-    for _, data in documents:
+    for data in documents:
         seeds = data["seeds"]
         per_seed = {key: data.get(key) or [None] * len(seeds) for key in (
             "preset", "teacher", "eval_success_before", "eval_success_after", "minutes_budget",
@@ -445,7 +445,7 @@ LEARNING_INTRO = (
 
 
 def readme_block(document: dict[str, Any], earlier: dict[str, Any] | None = None,
-                 learning: list[tuple[str, dict[str, Any]]] | None = None) -> str:
+                 learning: list[dict[str, Any]] | None = None) -> str:
     parts = [README_BEGIN, table(HEADLINE_HEADER, headline_rows(document, earlier)).rstrip("\n")]
     rows = learning_rows(learning_documents() if learning is None else learning)
     if rows:

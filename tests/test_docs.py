@@ -106,9 +106,9 @@ def test_learning_rows_put_env_reward_and_teacher_recipes_side_by_side():
     old = curve("llmgym/Sokoban-v1", "sokoban-v1", None, [0.5], 0.2)
     del old["teacher"]  # a JSON written before runs recorded their teacher
     lines = gen.learning_rows([
-        ("a.json", curve("llmgym/Sokoban-v1", "sokoban-v1", "solver", [0.5, 0.25], 0.2)),
-        ("b.json", curve("llmgym/Math-Easy-v0", "math-easy-grpo", None, [0.4, 0.3, 0.2], None)),
-        ("c.json", old),
+        curve("llmgym/Sokoban-v1", "sokoban-v1", "solver", [0.5, 0.25], 0.2),
+        curve("llmgym/Math-Easy-v0", "math-easy-grpo", None, [0.4, 0.3, 0.2], None),
+        old,
     ])
     assert lines[0] == ["`Sokoban-v1`", "`sokoban-v1`", "solver", "2", "10.0%", "37.5%", "50.0% / 25.0%", "20.0%",
                         "60", "64", "0"]

@@ -1,6 +1,6 @@
 """Answer verification that never hangs and never lies.
 
-Three stages, cheapest first:
+Four stages, cheapest first:
 
 1. **Length cap.** An answer longer than ``max_answer_chars`` is wrong without being parsed:
    no reference answer is 10 MB long, and parsing one is how a checker gets stuck.
