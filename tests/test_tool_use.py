@@ -77,6 +77,22 @@ def test_info_tools_are_openai_function_schemas():
     json.dumps(info["tools"])
 
 
+def test_the_system_prompt_names_every_argument_and_its_example_call_runs():
+    # Most chat templates (SmolLM2's among them) drop tools=: the prompt alone must say how to call.
+    env = gym.make("llmgym/ToolUse-Calculator-v0").unwrapped
+    _, info = env.reset(seed=0)
+    prompt = info["system_prompt"]
+    for schema in info["tools"]:
+        function = schema["function"]
+        arguments = ", ".join(f'"{name}": {spec["type"]}' for name, spec in function["parameters"]["properties"].items())
+        assert f"- {function['name']} {{{arguments}}}: {function['description']}" in prompt
+    example = re.search(r"For example: (<tool_call>.*?</tool_call>)", prompt).group(1)
+    observation, reward, terminated, _, info = env.step(example)
+    assert (reward, terminated, info["tool_calls"], info["tool_errors"]) == (0.0, False, 1, 0)
+    assert _responses(observation) == [{"name": "calculator", "content": "408"}]
+    env.close()
+
+
 def test_chat_templates_accept_info_tools():
     transformers = pytest.importorskip("transformers")
     tokenizers = pytest.importorskip("tokenizers")

@@ -11,7 +11,9 @@ from llmgym.core import Outcome, TextEnv, level_rng, text_digest
 from llmgym.envs.math.verify import parse_number
 from llmgym.envs.tool_use.sandbox import IsolationLevel, SandboxConfig
 from llmgym.envs.tool_use.tasks import TASK_GENERATORS, TASK_KINDS, ToolTask
-from llmgym.envs.tool_use.tools import CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, tool_schema
+from llmgym.envs.tool_use.tools import (
+    CalculatorTool, PythonTool, SearchTool, Tool, ToolOutput, signature, tool_schema,
+)
 from llmgym.error import InvalidOptionError, SnapshotNotSupported, did_you_mean
 from llmgym.parsing import extract_answer, extract_tool_calls
 from llmgym.splits import Split
@@ -22,6 +24,7 @@ _TOOL_OPEN = re.compile(r"<\s*tool_call\s*>", re.IGNORECASE)
 _TOOL_CLOSE = re.compile(r"<\s*/\s*tool_call\s*>", re.IGNORECASE)
 _FORMAT = ('Call a tool with <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>; '
            "give the final answer as <answer>...</answer>.")
+_EXAMPLE = '<tool_call>{"name": "calculator", "arguments": {"expression": "12 * 34"}}</tool_call>'
 
 
 def parse_tool_use(text: str) -> str | None:
@@ -106,7 +109,9 @@ class ToolUseEnv(TextEnv):
         ``info["state_key"]``) is the turn number and a digest of the task.
 
     Version History:
-        * v0: initial version.
+        * v0: initial version. Since 2026-11-29 the system prompt lists each tool with its
+          arguments and shows one call (levels and rewards are unchanged; before, a model whose
+          chat template drops ``tools=`` never read the argument names).
     """
 
     format_hint: ClassVar[str] = _FORMAT
@@ -141,10 +146,17 @@ class ToolUseEnv(TextEnv):
 
     @property
     def system_prompt(self) -> str:
-        names = ", ".join(self.tools)
-        return (f"You are a helpful assistant with tools ({names}). Use them: do not guess facts or compute "
-                f"large numbers by hand. {_FORMAT} Call tools in one turn and read their "
-                f"<tool_response> in the next; answer only once you are sure.")
+        """The tools, each with its arguments, then the call and answer formats.
+
+        The tools are listed in the prompt itself, since most chat templates drop the
+        ``tools=`` schemas (SmolLM2's does): a model that never reads a tool's argument names
+        can only guess them.
+        """
+        listing = "\n".join(f"- {tool.name} {signature(tool.parameters)}: {tool.description}"
+                             for tool in self.tools.values())
+        return (f"You are a helpful assistant with tools. Use them: do not guess facts or compute large numbers "
+                f"by hand.\n{listing}\n{_FORMAT} For example: {_EXAMPLE}. Call tools in one turn and read "
+                f"their <tool_response> in the next; answer only once you are sure.")
 
     def close(self) -> None:
         self.python.close()

@@ -65,10 +65,10 @@ def check_arguments(schema: dict[str, Any], arguments: Any) -> str | None:
     properties = schema["properties"]
     missing = [key for key in schema.get("required", []) if key not in arguments]
     if missing:
-        return f"missing {', '.join(missing)}; expected {_signature(schema)}"
+        return f"missing {', '.join(missing)}; expected {signature(schema)}"
     unknown = [key for key in arguments if key not in properties]
     if unknown:
-        return f"unknown argument(s) {', '.join(unknown)}; expected {_signature(schema)}"
+        return f"unknown argument(s) {', '.join(unknown)}; expected {signature(schema)}"
     for key, value in arguments.items():
         expected = _JSON_TYPES[properties[key]["type"]]
         if not isinstance(value, expected) or isinstance(value, bool):
@@ -76,7 +76,8 @@ def check_arguments(schema: dict[str, Any], arguments: Any) -> str | None:
     return None
 
 
-def _signature(schema: dict[str, Any]) -> str:
+def signature(schema: dict[str, Any]) -> str:
+    """The arguments of a JSON schema object as a model reads them: ``{"code": string}``."""
     return "{" + ", ".join(f'"{key}": {spec["type"]}' for key, spec in schema["properties"].items()) + "}"
 
 
