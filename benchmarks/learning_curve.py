@@ -18,6 +18,8 @@ interrupted run loses only its own seed. Per-seed figures are lists in seed orde
 loading and evaluations included), ``train_minutes`` (what ``--minutes`` bounds), ``config``,
 ``eval_curve``, the load average at the start and end of the run, its commit, machine and
 versions, ``eval_success_by_level`` (the final evaluation, 1 or 0 a level in eval-set order),
+``eval_called_tools_before`` / ``_after`` (envs with tools: per tool, the share of the first and the
+last evaluation's episodes that ran it without error),
 ``eval_success_beyond_blind`` (success on those of the levels the best blind route fails), ...), with
 ``eval_success_after_mean`` beside them, and ``baselines`` (random, best blind route, optimal:
 :mod:`benchmarks.baselines`) on the same levels under the same eval options. The run's curve
@@ -109,7 +111,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PER_SEED_KEYS = (
     "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
     "steps", "completed", "eval_levels_trained_on", "teacher", "eval_success_beyond_blind", "eval_success_by_level",
-    "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
+    "eval_called_tools_before", "eval_called_tools_after", "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
     "output", "run_provenance", "config",
 )
 
@@ -345,6 +347,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         curve = results_dir / f"{result_name(env_id)}_seed{config.seed}.png"
         shutil.copyfile(summary.curve, curve)
     key = f"success_rate/{label}"
+    eval_rows = [r for r in records if r["kind"] == "eval"]
     print(summary.describe())
     return {
         "eval_success_before": summary.eval_before.get(label),
@@ -356,6 +359,8 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "completed": summary.completed,
         "eval_levels_trained_on": trained_on.get(label),
         "eval_success_by_level": by_level,
+        "eval_called_tools_before": called_tools(eval_rows[:1], label),
+        "eval_called_tools_after": called_tools(eval_rows[-1:], label),
         "stop_reason": summary.stop_reason,
         "eval_curve": [[r["step"], r[key]] for r in records if r["kind"] == "eval" and key in r],
         "train_success": [[r["step"], r.get("success_rate")] for r in records if r["kind"] == "train"],
@@ -366,6 +371,17 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "run_provenance": code,
         "config": config.to_dict(),
     }
+
+
+def called_tools(rows: list[dict[str, Any]], label: str) -> dict[str, float] | None:
+    """Per tool, the share of ``label``'s eval episodes that ran it (``called_TOOL_rate/LABEL``) in the one row of ``rows``.
+
+    ``None`` without a row or for envs without tools.
+    """
+    prefix, suffix = "called_", f"_rate/{label}"
+    shares = {key[len(prefix) : -len(suffix)]: value for row in rows for key, value in row.items()
+              if key.startswith(prefix) and key.endswith(suffix)}
+    return shares or None
 
 
 def success_beyond_blind(by_level: list[int] | None, blind_solves: list[bool] | None) -> float | None:

@@ -45,6 +45,8 @@ class Turn:
             where the env gives none); turns with equal keys in one group share a step-level group.
         choice_rewards: with a lookahead (:attr:`AgentConfig.lookahead`), the reward each choice
             (in ``rollout.choices`` order) earned from the state this turn acted on; else ``None``.
+        tools_run: the tools this turn's action called and that ran without error, in call order
+            (the env's ``info["tools_run"]``; empty for envs without tools).
     """
 
     observation_start: int
@@ -55,6 +57,7 @@ class Turn:
     finish_reason: FinishReason
     state_key: Any = None
     choice_rewards: tuple[float, ...] | None = None
+    tools_run: tuple[str, ...] = ()
 
     @property
     def num_generated(self) -> int:

@@ -118,6 +118,7 @@ class TrajectoryBuilder:
                 finish_reason=completion.finish_reason,
                 state_key=self.state_key,
                 choice_rewards=choice_rewards,
+                tools_run=tuple(info.get("tools_run", ())),
             )
         )
         self.state_key = info.get("state_key")

@@ -59,7 +59,8 @@ def episode_metrics(trajectories: Sequence[Trajectory], labels: Sequence[str]) -
     """The trainer's episode metrics: :func:`episode_figures` overall, per env (``labels[i]``: trajectory i's) and per seat.
 
     Keys: ``success_rate``, ``reward_mean``, ``turns_mean``, ``invalid_action_rate``,
-    ``generated_tokens``, each also as ``KEY/LABEL``; two-player games (:mod:`llmgym.multiagent`)
+    ``generated_tokens``, each also as ``KEY/LABEL``; envs with tools add ``called_TOOL_rate``
+    (:func:`tool_call_rates`); two-player games (:mod:`llmgym.multiagent`)
     add ``SEAT/KEY`` for the agent's seat, e.g. ``player_0/reward_mean``.
     """
     metrics = _labelled(trajectories, "")
@@ -84,7 +85,21 @@ def _labelled(trajectories: Sequence[Trajectory], suffix: str) -> dict[str, Any]
     best = best_choice_rate(trajectories)
     if best is not None:
         figures[f"best_choice_rate{suffix}"] = best
+    figures.update({f"{key}{suffix}": value for key, value in tool_call_rates(trajectories).items()})
     return figures
+
+
+def tool_call_rates(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Per tool the envs offer: the share of episodes that ran it at least once, ``called_TOOL_rate``.
+
+    The tools offered are those of the reset ``info["tools"]`` (OpenAI function schemas) and any
+    that ran; a call counts when the tool ran without error (:attr:`Turn.tools_run`). Empty for
+    envs without tools.
+    """
+    called = [{tool for turn in t.turns for tool in turn.tools_run} for t in trajectories]
+    offered = {schema["function"]["name"] for t in trajectories for schema in t.info.get("tools", ())}
+    return {f"called_{tool}_rate": float(np.mean([tool in tools for tools in called]))
+            for tool in sorted(offered.union(*called))}
 
 
 def best_choice_rate(trajectories: Sequence[Trajectory]) -> float | None:

@@ -24,6 +24,7 @@ from benchmarks.baselines import (
 from benchmarks import learning_curve
 from benchmarks.learning_curve import (
     PER_SEED_KEYS,
+    called_tools,
     check_compatible,
     level_summary,
     main,
@@ -187,3 +188,11 @@ def test_success_beyond_blind_counts_only_the_levels_the_blind_route_fails() -> 
     one_more[blind.index(False)] = 1
     assert success_beyond_blind(one_more, blind) == pytest.approx(1 / (64 - found["solved"]))
     assert success_beyond_blind(None, blind) is None and success_beyond_blind(solver[:10], blind) is None
+
+
+def test_called_tools_reads_one_envs_tool_shares_from_an_eval_row() -> None:
+    row = {"kind": "eval", "success_rate/calc": 0.5, "called_calculator_rate/calc": 0.75,
+           "called_python_rate/calc": 0.0, "called_calculator_rate/other": 0.1, "called_calculator_rate": 0.4}
+    assert called_tools([row], "calc") == {"calculator": 0.75, "python": 0.0}
+    assert called_tools([row], "lake") is None
+    assert called_tools([], "calc") is None

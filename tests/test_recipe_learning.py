@@ -77,8 +77,8 @@ for _env_id, _entry_point in FIXED.items():
 
 
 def train_recipe(tmp_path: Path, name: str, env_id: str, steps: int, n_groups: int,
-                 words: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> list[float]:
-    """The recipe on ``env_id`` with the tiny model; the sampled success rate of each step."""
+                 words: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The recipe on ``env_id`` with the tiny model; the train records of its metrics file, step by step."""
     recipe = load_recipe(name)
     entry = {**recipe.config["train_envs"][0], "id": env_id, "n_groups": n_groups}
     group_size = recipe.config["rollout"]["group_size"]
@@ -92,12 +92,14 @@ def train_recipe(tmp_path: Path, name: str, env_id: str, steps: int, n_groups: i
         summary = trainer.train()
     assert summary.completed
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    success = [record["success_rate"] for record in records if record["kind"] == "train"]
-    print(f"{name}: sampled success {[round(value, 2) for value in success]} in {time.perf_counter() - started:.0f}s")
-    return success
+    records = [record for record in records if record["kind"] == "train"]
+    success = [round(record["success_rate"], 2) for record in records]
+    print(f"{name}: sampled success {success} in {time.perf_counter() - started:.0f}s")
+    return records
 
 
-def assert_learned(name: str, success: list[float], chance: float, learned: float) -> None:
+def assert_learned(name: str, records: list[dict[str, Any]], chance: float, learned: float) -> None:
+    success = [record["success_rate"] for record in records]
     assert success[0] <= chance, f"{name}: the untrained model should be near chance, got {success[0]}"
     last = sum(success[-3:]) / 3
     assert last >= learned, f"{name} did not learn: sampled success {success[0]} -> {success[-3:]}"
@@ -105,9 +107,9 @@ def assert_learned(name: str, success: list[float], chance: float, learned: floa
 
 @pytest.mark.slow
 def test_math_recipe_learns_the_verified_answer(tmp_path: Path) -> None:
-    success = train_recipe(tmp_path, "math-easy-grpo", "llmgym-test/MathFixed-v0", steps=16, n_groups=8,
+    records = train_recipe(tmp_path, "math-easy-grpo", "llmgym-test/MathFixed-v0", steps=16, n_groups=8,
                            words=("7</answer>",), extra=("rollout.max_new_tokens=1",))
-    assert_learned("math-easy-grpo", success, chance=0.1, learned=0.6)
+    assert_learned("math-easy-grpo", records, chance=0.1, learned=0.6)
 
 
 @pytest.mark.slow
@@ -117,12 +119,15 @@ def test_tool_recipe_learns_the_right_final_answer(tmp_path: Path) -> None:
     # episode 2,000 tokens long and a step 15 s).
     long_texts = (env.unwrapped.system_prompt, ToolUseEnv.format_hint)
     env.close()
-    success = train_recipe(tmp_path, "tool-calculator-grpo", "llmgym-test/ToolFixed-v0", steps=16, n_groups=8,
+    records = train_recipe(tmp_path, "tool-calculator-grpo", "llmgym-test/ToolFixed-v0", steps=16, n_groups=8,
                            words=(CALL[1:], "answer>7</answer>", *long_texts), extra=("rollout.max_new_tokens=1",))
-    assert_learned("tool-calculator-grpo", success, chance=0.15, learned=0.7)
+    assert_learned("tool-calculator-grpo", records, chance=0.15, learned=0.7)
+    # The episodes' tool calls reach the metrics: the share that ran the calculator, for every step.
+    called = [record["called_calculator_rate"] for record in records]
+    assert all(0.0 <= share <= 1.0 for share in called) and max(called) > 0.0, called
 
 
 @pytest.mark.slow
 def test_sokoban_env_reward_recipe_learns_to_push_the_box_home(tmp_path: Path) -> None:
-    success = train_recipe(tmp_path, "sokoban-v1-grpo", "llmgym-test/SokobanFixed-v0", steps=10, n_groups=4)
-    assert_learned("sokoban-v1-grpo", success, chance=0.5, learned=0.8)
+    records = train_recipe(tmp_path, "sokoban-v1-grpo", "llmgym-test/SokobanFixed-v0", steps=10, n_groups=4)
+    assert_learned("sokoban-v1-grpo", records, chance=0.5, learned=0.8)

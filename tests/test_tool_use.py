@@ -21,6 +21,8 @@ from llmgym.envs.tool_use import (
 from llmgym.envs.tool_use.search import QUESTIONS_PATH
 from llmgym.envs.tool_use.tasks import tool_call
 from llmgym.error import InvalidOptionError, LevelFormatError
+from llmgym_train.data import Trajectory, Turn
+from llmgym_train.metrics import episode_metrics, tool_call_rates
 
 def _responses(observation: str) -> list[dict]:
     bodies = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", observation, re.DOTALL)
@@ -88,8 +90,29 @@ def test_the_system_prompt_names_every_argument_and_its_example_call_runs():
         assert f"- {function['name']} {{{arguments}}}: {function['description']}" in prompt
     example = re.search(r"For example: (<tool_call>.*?</tool_call>)", prompt).group(1)
     observation, reward, terminated, _, info = env.step(example)
-    assert (reward, terminated, info["tool_calls"], info["tool_errors"]) == (0.0, False, 1, 0)
+    assert (reward, terminated, info["tool_calls"], info["tool_errors"], info["tools_run"]) == (
+        0.0, False, 1, 0, ("calculator",))
     assert _responses(observation) == [{"name": "calculator", "content": "408"}]
+    env.close()
+
+
+def test_the_share_of_episodes_that_ran_each_tool_counts_error_free_calls_only():
+    env = gym.make("llmgym/ToolUse-Calculator-v0").unwrapped
+    trajectories = []
+    for actions in ([tool_call("calculator", expression="2 * 3"), "<answer>6</answer>"],  # ran
+                    [tool_call("calculator", x="2 * 3"), "<answer>6</answer>"],  # a bad call: an error
+                    ["<answer>6</answer>"]):  # no call
+        _, reset_info = env.reset(seed=0)
+        turns = []
+        for action in actions:
+            _, reward, _, _, info = env.step(action)
+            turns.append(Turn(0, 0, 0, float(reward), True, "stop", tools_run=tuple(info.get("tools_run", ()))))
+        trajectories.append(Trajectory([], [], [], 0, turns=turns, info=reset_info))
+    assert tool_call_rates(trajectories) == pytest.approx(
+        {"called_calculator_rate": 1 / 3, "called_python_rate": 0.0, "called_search_rate": 0.0})
+    assert tool_call_rates(trajectories[2:]) == {
+        "called_calculator_rate": 0.0, "called_python_rate": 0.0, "called_search_rate": 0.0}
+    assert episode_metrics(trajectories, ["calc"] * 3)["called_calculator_rate/calc"] == pytest.approx(1 / 3)
     env.close()
 
 

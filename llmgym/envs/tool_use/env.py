@@ -77,6 +77,8 @@ class ToolUseEnv(TextEnv):
         ``Text``: the question first, then tool responses, then the verdict.
         ``info["tools"]`` at reset holds the tools' OpenAI function schemas, ready for
         ``tokenizer.apply_chat_template(messages, tools=info["tools"])``.
+        After a tool turn ``info`` counts the ``tool_calls`` and ``tool_errors`` and names the
+        tools that ran without error, in call order (``tools_run``).
         ``info["sandbox_isolation"]`` (at reset and after tool calls) is the python tool's
         isolation level: ``"full"`` or ``"none"``.
 
@@ -224,7 +226,7 @@ class ToolUseEnv(TextEnv):
     # ------------------------------------------------------------------ tools
     def _run_tools(self, action: str) -> Outcome:
         calls = extract_tool_calls(action, max_calls=self.max_tool_calls + 1)
-        responses, errors = [], 0
+        responses, errors, ran = [], 0, []
         for position, call in enumerate(calls):
             if position >= self.max_tool_calls:
                 output = ToolOutput(f"only {self.max_tool_calls} tool calls run per turn; call it again",
@@ -232,8 +234,10 @@ class ToolUseEnv(TextEnv):
             else:
                 output = self._call(call.name, call.arguments, call.error)
             errors += output.error
+            if not output.error:
+                ran.append(call.name)
             responses.append(_response(call.name, output))
-        info = {"tool_calls": len(calls), "tool_errors": errors,
+        info = {"tool_calls": len(calls), "tool_errors": errors, "tools_run": tuple(ran),
                 "sandbox_isolation": self.python.sandbox.isolation().level}
         return Outcome("\n".join(responses), reward=0.0, info=info)
 
