@@ -33,16 +33,26 @@ def micro_batches(batch: Batch, size: int, max_tokens: int = 0) -> Iterator[Batc
         yield batch.select(torch.tensor(rows, dtype=torch.long))
 
 
-def by_length(batch: Batch) -> torch.Tensor:
-    """The order of ``batch``'s rows from longest to shortest, rows of one context together.
+def micro_batch_order(batch: Batch) -> torch.Tensor:
+    """The order of ``batch``'s rows for cutting into micro-batches: groups together, longest first.
 
-    Chunks of it carry the least padding, and rows that differ in their last token only (see
-    :func:`~llmgym_train.policy.same_context_rows`) land in the same micro-batch, where the
-    forward runs them once.
+    Groups come longest first (by their longest row), each group's rows together, longest first,
+    rows of one context together. Chunks of it carry little padding; the rows of a group share
+    their prompt, which a micro-batch of them runs once (see :meth:`Policy._decode`); and rows
+    that differ in their last token only (see :func:`~llmgym_train.policy.same_context_rows`)
+    land in the same micro-batch, where the forward runs them once. Ordered by length alone,
+    the groups of a single-turn task (whose prompts differ in length) interleave, and a
+    micro-batch shares no more than the system prompt.
     """
     lengths = batch.attention_mask.sum(dim=1)
     _, context = same_context_rows(batch.input_ids, batch.attention_mask)
-    return torch.argsort(-lengths * (len(batch) + 1) + context, stable=True)
+    groups, group = torch.unique(batch.group_ids, return_inverse=True)
+    group_longest = torch.zeros(len(groups), dtype=lengths.dtype).scatter_reduce(0, group, lengths, reduce="amax")
+    order = torch.arange(len(batch))
+    # Stable sorts from the least significant key to the most.
+    for key in (context, -lengths, group, -group_longest[group]):
+        order = order[torch.argsort(key[order], stable=True)]
+    return order
 
 
 def normalizer(batch: Batch, aggregation: str) -> float:
@@ -58,7 +68,7 @@ def score_batch(
 ) -> dict[str, torch.Tensor]:
     """Logprobs (and values, reference logprobs) of every sample under the current weights, ``(B, T)``."""
     width = batch.input_ids.shape[1]
-    order = by_length(batch)
+    order = micro_batch_order(batch)
     pieces: dict[str, list[torch.Tensor]] = {"logprobs": [], "values": [], "ref_logprobs": []}
     for micro in micro_batches(batch.select(order), micro_batch_size, max_tokens):
         scored = policy.score(micro.input_ids, micro.attention_mask, positions=micro.loss_mask, values=values)
@@ -133,9 +143,9 @@ def accumulate_gradients(
     """
     divisor = divisor or normalizer(minibatch, loss.aggregation)
     totals: dict[str, float] = {}
-    # The split does not change the gradient (see the module docstring), so cut it where
-    # lengths are alike: right padding costs as much compute as real tokens.
-    for micro in micro_batches(minibatch.select(by_length(minibatch)), micro_batch_size, max_tokens):
+    # The split does not change the gradient (see the module docstring), so cut it where rows
+    # share prompts and lengths are alike: right padding costs as much compute as real tokens.
+    for micro in micro_batches(minibatch.select(micro_batch_order(minibatch)), micro_batch_size, max_tokens):
         micro_loss, stats = micro_batch_loss(policy, micro, loss, algo, divisor)
         if not torch.isfinite(micro_loss):
             return {"loss": math.nan}

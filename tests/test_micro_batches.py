@@ -62,3 +62,31 @@ def test_config_key() -> None:
     assert load_config(overrides=["update.micro_batch_tokens=0"]).update.micro_batch_tokens == 0
     with pytest.raises(InvalidOptionError, match=r"update.micro_batch_tokens must be in \[0"):
         load_config(overrides=["update.micro_batch_tokens=-5"])
+
+
+def test_a_group_shares_its_micro_batch_and_its_whole_prompt() -> None:
+    from llmgym_train.policy import shared_prefix_length
+    from llmgym_train.update import micro_batch_order
+    from test_trainer import _batch, _policy
+
+    # Three GRPO groups of four replies, prompts of 12, 20 and 16 tokens after a shared 6-token
+    # system prompt, replies of 1-4 tokens, rows interleaved as a rollout of several envs leaves them.
+    generator = torch.Generator().manual_seed(0)
+    system = torch.randint(5, 100, (6,), generator=generator)
+    prompts = [torch.cat([system, torch.randint(5, 100, (n,), generator=generator)]) for n in (6, 14, 10)]
+    rows = [(group, torch.cat([prompts[group], torch.randint(5, 100, (reply,), generator=generator)]))
+            for reply in range(1, 5) for group in range(3)]
+    batch = _batch(_policy(with_value=False), size=len(rows))
+    batch.input_ids.zero_()
+    batch.attention_mask.zero_()
+    for index, (group, tokens) in enumerate(rows):
+        batch.input_ids[index, : len(tokens)] = tokens
+        batch.attention_mask[index, : len(tokens)] = 1
+    batch.group_ids = torch.tensor([group for group, _ in rows])
+    ordered = batch.select(micro_batch_order(batch))
+    assert ordered.group_ids.tolist() == [1] * 4 + [2] * 4 + [0] * 4  # longest group first, each together
+    lengths = ordered.attention_mask.sum(dim=1).tolist()
+    assert all(lengths[i] >= lengths[i + 1] for i in range(4)), lengths  # longest first within a group
+    pieces = list(micro_batches(ordered, size=4))
+    shared = [shared_prefix_length(piece.input_ids, piece.attention_mask) for piece in pieces]
+    assert shared == [20, 16, 12]  # each micro-batch runs its group's whole prompt once
