@@ -196,3 +196,15 @@ def test_called_tools_reads_one_envs_tool_shares_from_an_eval_row() -> None:
     assert called_tools([row], "calc") == {"calculator": 0.75, "python": 0.0}
     assert called_tools([row], "lake") is None
     assert called_tools([], "calc") is None
+
+
+def test_pass_at_k_is_the_chance_that_one_of_k_samples_is_right() -> None:
+    from benchmarks.pass_at_k import pass_at_k, summarize
+
+    assert pass_at_k(16, 0, 16) == 0.0 and pass_at_k(16, 1, 16) == 1.0 and pass_at_k(16, 13, 4) == 1.0
+    assert pass_at_k(2, 1, 1) == 0.5
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - (3 * 2) / (4 * 3))  # both draws miss the one right reply
+    rows = [{"greedy": True, "correct": {1.0: 4}}, {"greedy": False, "correct": {1.0: 0}}]
+    summary = summarize(rows, samples=4)
+    assert summary["greedy"] == 0.5 and summary["t1.0"]["sample_success"] == 0.5
+    assert summary["t1.0"]["pass@1"] == 0.5 and summary["t1.0"]["pass@4"] == 0.5
