@@ -111,7 +111,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PER_SEED_KEYS = (
     "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
     "steps", "completed", "eval_levels_trained_on", "teacher", "eval_success_beyond_blind", "eval_success_by_level",
-    "eval_called_tools_before", "eval_called_tools_after", "stop_reason", "eval_curve", "train_success", "load_average_start", "load_average_end", "curve_png",
+    "eval_called_tools_before", "eval_called_tools_after", "stop_reason", "eval_curve", "train_success",
+    "load_average_start", "load_average_end", "curve_png",
     "output", "run_provenance", "config",
 )
 
@@ -362,7 +363,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
         "eval_called_tools_before": called_tools(eval_rows[:1], label),
         "eval_called_tools_after": called_tools(eval_rows[-1:], label),
         "stop_reason": summary.stop_reason,
-        "eval_curve": [[r["step"], r[key]] for r in records if r["kind"] == "eval" and key in r],
+        "eval_curve": [[r["step"], r[key]] for r in eval_rows if key in r],
         "train_success": [[r["step"], r.get("success_rate")] for r in records if r["kind"] == "train"],
         "load_average_start": [round(value, 2) for value in load_start],
         "load_average_end": [round(value, 2) for value in load_end],
@@ -374,9 +375,8 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
 
 
 def called_tools(rows: list[dict[str, Any]], label: str) -> dict[str, float] | None:
-    """Per tool, the share of ``label``'s eval episodes that ran it (``called_TOOL_rate/LABEL``) in the one row of ``rows``.
-
-    ``None`` without a row or for envs without tools.
+    """Per tool, the share of ``label``'s eval episodes that ran it (``called_TOOL_rate/LABEL``), in the
+    one row of ``rows``; ``None`` without a row or for envs without tools.
     """
     prefix, suffix = "called_", f"_rate/{label}"
     shares = {key[len(prefix) : -len(suffix)]: value for row in rows for key, value in row.items()

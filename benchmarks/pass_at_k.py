@@ -44,7 +44,8 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
                                "greedy": round(sum(row["greedy"] for row in rows) / len(rows), 4)}
     for temperature in rows[0]["correct"]:
         summary[f"t{temperature}"] = {
-            "sample_success": round(sum(row["correct"][temperature] for row in rows) / (samples * len(rows)), 4),
+            "sample_success": round(sum(row["correct"][temperature] for row in rows)
+                                    / (samples * len(rows)), 4),
             **{f"pass@{k}": round(sum(pass_at_k(samples, row["correct"][temperature], k) for row in rows)
                                   / len(rows), 4) for k in ks},
         }
@@ -68,7 +69,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     prompts = []
     for record in records:
         observation, info = env.reset(seed=int(record["seed"]), options={"level": record["level"]})
-        messages = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": observation}]
+        messages = [{"role": "system", "content": info["system_prompt"]},
+                    {"role": "user", "content": observation}]
         prompts.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
                        + args.prefix)
 
@@ -76,7 +78,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         env.reset(seed=int(record["seed"]), options={"level": record["level"]})
         return bool(env.step(args.prefix + completion)[4].get("success"))
 
-    greedy = llm.generate(prompts, vllm.SamplingParams(temperature=0.0, max_tokens=args.max_tokens), use_tqdm=False)
+    greedy_params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    greedy = llm.generate(prompts, greedy_params, use_tqdm=False)
     rows = [{"kind": str(record["level"].get("kind", "all")) if isinstance(record["level"], dict) else "all",
              "greedy": solved(record, output.outputs[0].text), "correct": {}}
             for record, output in zip(records, greedy, strict=True)]
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     figures = measure(args)
     path = write_result(out.stem, {
-        "env": args.env, "model": args.model, "levels": args.levels, "prefix": args.prefix, "samples": args.samples,
+        "env": args.env, "model": args.model, "levels": args.levels, "prefix": args.prefix,
+        "samples": args.samples,
         "temperatures": args.temperatures, "max_tokens": args.max_tokens, **figures,
         "seconds": round(time.perf_counter() - started, 1),
         "load_average_before": [round(value, 2) for value in load_before],

@@ -45,7 +45,8 @@ def length_order(batch: Any) -> Any:
 
 
 def group_samples(env_id: str, groups: int, group_size: int, reply_tokens: int, tokenizer: Any) -> list[Any]:
-    """``groups`` x ``group_size`` single-turn samples: each group one real prompt of ``env_id``, random replies."""
+    """``groups`` x ``group_size`` single-turn samples: each group one real prompt of ``env_id``, random
+    replies."""
     import gymnasium as gym
     import numpy as np
 
@@ -67,7 +68,8 @@ def group_samples(env_id: str, groups: int, group_size: int, reply_tokens: int, 
             samples.append(Sample(
                 token_ids=prompt + reply, loss_mask=loss_mask,
                 behavior_logprobs=[-1.0 if mask else 0.0 for mask in loss_mask],
-                token_rewards=[0.0] * len(loss_mask), reward=reward, episode_return=reward, success=reward > 0,
+                token_rewards=[0.0] * len(loss_mask), reward=reward, episode_return=reward,
+                success=reward > 0,
                 actions_valid=True, cut_off=False, truncated=False, group_id=group,
                 episode_index=group * group_size + member, turn_index=0, num_turns=1,
             ))
@@ -110,7 +112,8 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str,
     finally:
         update.micro_batch_order = orders["groups"]
     lengths = [len(sample.token_ids) for sample in samples]
-    shape = {"samples": len(samples), "tokens": sum(lengths), "longest": max(lengths), "shortest": min(lengths)}
+    shape = {"samples": len(samples), "tokens": sum(lengths), "longest": max(lengths),
+             "shortest": min(lengths)}
     return seconds, shape
 
 
@@ -130,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     path = write_result(args.out.stem, {
         "model": args.model, "env": args.env, "groups": args.groups, "group_size": args.group_size,
         "reply_tokens": args.reply_tokens, "rounds": args.rounds, "workload": shape,
-        "seconds": seconds, "seconds_median": {name: statistics.median(times) for name, times in seconds.items()},
+        "seconds": seconds,
+        "seconds_median": {name: statistics.median(times) for name, times in seconds.items()},
         "speedup_groups_vs_length": [round(value, 2) for value in speedups],
         "speedup_median": round(statistics.median(speedups), 2),
         "load_average_before": [round(value, 2) for value in load_before],

@@ -47,7 +47,8 @@ def micro_batch_order(batch: Batch) -> torch.Tensor:
     lengths = batch.attention_mask.sum(dim=1)
     _, context = same_context_rows(batch.input_ids, batch.attention_mask)
     groups, group = torch.unique(batch.group_ids, return_inverse=True)
-    group_longest = torch.zeros(len(groups), dtype=lengths.dtype).scatter_reduce(0, group, lengths, reduce="amax")
+    group_longest = torch.zeros(len(groups), dtype=lengths.dtype).scatter_reduce(
+        0, group, lengths, reduce="amax")
     order = torch.arange(len(batch))
     # Stable sorts from the least significant key to the most.
     for key in (context, -lengths, group, -group_longest[group]):

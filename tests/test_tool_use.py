@@ -86,7 +86,8 @@ def test_the_system_prompt_names_every_argument_and_its_example_call_runs():
     prompt = info["system_prompt"]
     for schema in info["tools"]:
         function = schema["function"]
-        arguments = ", ".join(f'"{name}": {spec["type"]}' for name, spec in function["parameters"]["properties"].items())
+        properties = function["parameters"]["properties"]
+        arguments = ", ".join(f'"{name}": {spec["type"]}' for name, spec in properties.items())
         assert f"- {function['name']} {{{arguments}}}: {function['description']}" in prompt
     example = re.search(r"For example: (<tool_call>.*?</tool_call>)", prompt).group(1)
     observation, reward, terminated, _, info = env.step(example)
@@ -106,7 +107,8 @@ def test_the_share_of_episodes_that_ran_each_tool_counts_error_free_calls_only()
         turns = []
         for action in actions:
             _, reward, _, _, info = env.step(action)
-            turns.append(Turn(0, 0, 0, float(reward), True, "stop", tools_run=tuple(info.get("tools_run", ()))))
+            ran = tuple(info.get("tools_run", ()))
+            turns.append(Turn(0, 0, 0, float(reward), True, "stop", tools_run=ran))
         trajectories.append(Trajectory([], [], [], 0, turns=turns, info=reset_info))
     assert tool_call_rates(trajectories) == pytest.approx(
         {"called_calculator_rate": 1 / 3, "called_python_rate": 0.0, "called_search_rate": 0.0})

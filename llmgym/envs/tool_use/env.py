@@ -156,9 +156,9 @@ class ToolUseEnv(TextEnv):
         """
         listing = "\n".join(f"- {tool.name} {signature(tool.parameters)}: {tool.description}"
                              for tool in self.tools.values())
-        return (f"You are a helpful assistant with tools. Use them: do not guess facts or compute large numbers "
-                f"by hand.\n{listing}\n{_FORMAT} For example: {_EXAMPLE}. Call tools in one turn and read "
-                f"their <tool_response> in the next; answer only once you are sure.")
+        return (f"You are a helpful assistant with tools. Use them: do not guess facts or compute large "
+                f"numbers by hand.\n{listing}\n{_FORMAT} For example: {_EXAMPLE}. Call tools in one turn "
+                f"and read their <tool_response> in the next; answer only once you are sure.")
 
     def close(self) -> None:
         self.python.close()
