@@ -11,7 +11,8 @@ mixture, the eval options and the trainer settings; ``key=value`` overrides go t
 ``llmgym_train``'s ``load_config`` after it.
 
 Results: ``<results-dir>/learning_curve_<Name>.json`` (``Name`` is the id without its
-namespace), one file per env. The seed's figures are merged into it, replacing an earlier entry
+namespace), one file per env and recipe (``learning_curve_<Name>_<preset>.json`` for a preset other
+than the id's default). The seed's figures are merged into it, replacing an earlier entry
 of the same seed and keeping the others, so seeds can run at different times and an
 interrupted run loses only its own seed. Per-seed figures are lists in seed order (``seeds``,
 ``eval_success_before``, ``eval_success_after``, ``minutes`` (wall time of the run, model
@@ -233,8 +234,13 @@ def eval_spec(config: Any, env_id: str) -> Any:
 
 
 # ---------------------------------------------------------------------- the results file
-def result_name(env_id: str) -> str:
-    return f"learning_curve_{env_name(env_id)}"
+def result_name(env_id: str, preset: str | None = None) -> str:
+    """``learning_curve_<Name>``, or ``learning_curve_<Name>_<preset>`` for a preset other than the id's
+    default one: seeds of two recipes of one id (one taught by the solver, one on the env's rewards)
+    are two learning curves, never one mean."""
+    if preset is None or preset == preset_for(env_id, None)[0]:
+        return f"learning_curve_{env_name(env_id)}"
+    return f"learning_curve_{env_name(env_id)}_{preset}"
 
 
 def repo_path(path: str | Path) -> str:
@@ -320,7 +326,9 @@ def with_baselines(document: dict[str, Any] | None, env_id: str, records: list[d
 
 
 # ---------------------------------------------------------------------- one seed
-def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[str, Any]:
+def train_seed(
+    config: Any, env_id: str, label: str, results_dir: Path, name: str | None = None
+) -> dict[str, Any]:
     """Train ``config``; return the seed's :data:`PER_SEED_KEYS` figures (the curve PNG copied).
 
     ``label`` is what the trainer calls ``env_id``'s eval entry in its metrics.
@@ -345,7 +353,7 @@ def train_seed(config: Any, env_id: str, label: str, results_dir: Path) -> dict[
     records = [json.loads(line) for line in lines if line.strip()]
     curve = None
     if summary.curve is not None:
-        curve = results_dir / f"{result_name(env_id)}_seed{config.seed}.png"
+        curve = results_dir / f"{name or result_name(env_id)}_seed{config.seed}.png"
         shutil.copyfile(summary.curve, curve)
     key = f"success_rate/{label}"
     eval_rows = [r for r in records if r["kind"] == "eval"]
@@ -422,15 +430,16 @@ def main(argv: list[str] | None = None) -> None:
     eval_options = dict(spec.options)
     records = eval_records(args.env, config.eval.levels)
     results_dir = args.results_dir.resolve()
-    path = results_dir / f"{result_name(args.env)}.json"
+    name = result_name(args.env, preset_name)
+    path = results_dir / f"{name}.json"
     stored = load_document(path)
     check_compatible(stored, args.env, level_summary(args.env, records), eval_options)
     document = with_baselines(stored, args.env, records, eval_options, recompute=args.baselines_only)
     document = with_seed_rows(document, seed_rows(document))
     if not args.baselines_only:
         if document != stored:  # new baselines, written before hours of training; else the file and its provenance stay
-            write_result(result_name(args.env), document, results_dir)
-        run = train_seed(config, args.env, spec.label, results_dir)
+            write_result(name, document, results_dir)
+        run = train_seed(config, args.env, spec.label, results_dir, name)
         run["preset"] = preset_name
         route = (document.get("baselines") or {}).get("blind_route", {}).get("route")
         blind = None if route is None else blind_route_solves(args.env, records, eval_options, route)
@@ -439,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
         run["teacher"] = teacher_of(config.train_envs)
         # Reread: another seed may have been merged while this one trained.
         document = merge_seed(load_document(path) or document, args.seed, run)
-    print(f"wrote {write_result(result_name(args.env), document, results_dir)}")
+    print(f"wrote {write_result(name, document, results_dir)}")
 
 
 if __name__ == "__main__":

