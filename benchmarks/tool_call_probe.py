@@ -1,7 +1,7 @@
 """Benchmark: can a model's own samples make a tool-use episode succeed, turn by turn?
 
     python -m benchmarks.tool_call_probe [--env llmgym/ToolUse-Calculator-v0] [--model smollm2-135m]
-                                         [--levels 32] [--samples 16]
+                                         [--levels 32] [--samples 8]
 
 GRPO on the env's reward learns only what some sample already does now and then. A
 ``ToolUse-Calculator-v0`` episode needs two things: a first reply that calls the calculator
@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", default="llmgym/ToolUse-Calculator-v0")
     parser.add_argument("--model", default="smollm2-135m", help="alias, HF folder or training run folder")
     parser.add_argument("--levels", type=int, default=32, help="the first N tasks of the eval set")
-    parser.add_argument("--samples", type=int, default=16, help="replies at temperature 1 a task and prefix")
+    parser.add_argument("--samples", type=int, default=8, help="replies at temperature 1 a task and prefix")
     parser.add_argument("--call-prefixes", nargs="*", default=["", "<", "<tool_call>"])
-    parser.add_argument("--answer-prefixes", nargs="*", default=["", "<", "<answer>"])
+    parser.add_argument("--answer-prefixes", nargs="*", default=["<", "<answer>"])
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-model-len", type=int, default=1536)
     parser.add_argument("--out", type=Path, default=None)
