@@ -31,6 +31,8 @@ __all__ = [
     "REPO_ROOT",
     "RESULTS_DIR",
     "markdown_table",
+    "offline_llm",
+    "timed",
     "portable",
     "portable_path",
     "provenance",
@@ -70,3 +72,25 @@ def rate(work: Callable[[], int], repeats: int = 5, min_seconds: float = 0.2) ->
                 break
         rates.append(units / elapsed)
     return statistics.median(rates)
+
+
+def timed(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``work()``'s figures, with its wall time and the load average before and after it."""
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    figures = work()
+    return {**figures, "seconds": round(time.perf_counter() - started, 1),
+            "load_average_before": [round(value, 2) for value in load_before],
+            "load_average_after": [round(value, 2) for value in os.getloadavg()]}
+
+
+def offline_llm(model: str, max_model_len: int) -> tuple[Any, Any]:
+    """``(vllm, engine)``: a seeded offline vLLM engine of ``model`` (an alias, HF folder or run folder)
+    with the trainer's CPU settings (float32, blocks of 32), for benchmarks that sample ``n`` replies."""
+    from llmgym_train.generation.vllm_backend import import_vllm
+    from llmgym_train.models import resolve_model
+
+    vllm = import_vllm()
+    engine = vllm.LLM(model=str(resolve_model(model)), max_model_len=max_model_len, dtype="float32",
+                      gpu_memory_utilization=0.5, block_size=32, enforce_eager=True, seed=0)
+    return vllm, engine

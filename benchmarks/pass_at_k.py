@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, write_result
+from benchmarks.common import RESULTS_DIR, offline_llm, timed, write_result
 
 
 def pass_at_k(samples: int, correct: int, k: int) -> float:
@@ -57,12 +55,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     import llmgym  # noqa: F401 - registers the ids
     from llmgym.eval_sets import load_eval_set
-    from llmgym_train.generation.vllm_backend import import_vllm
-    from llmgym_train.models import resolve_model
 
-    vllm = import_vllm()
-    llm = vllm.LLM(model=str(resolve_model(args.model)), max_model_len=args.max_model_len, dtype="float32",
-                   gpu_memory_utilization=0.5, block_size=32, enforce_eager=True, seed=0)
+    vllm, llm = offline_llm(args.model, args.max_model_len)
     tokenizer = llm.get_tokenizer()
     env = gym.make(args.env)
     records = load_eval_set(args.env)[: args.levels]
@@ -111,16 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.temperatures = [float(part) for part in args.temperatures.split(",")]
     out = args.out or RESULTS_DIR / f"pass_at_k_{args.env.split('/')[-1]}.json"
-    load_before = os.getloadavg()
-    started = time.perf_counter()
-    figures = measure(args)
+    figures = timed(lambda: measure(args))
     path = write_result(out.stem, {
         "env": args.env, "model": args.model, "levels": args.levels, "prefix": args.prefix,
         "samples": args.samples,
         "temperatures": args.temperatures, "max_tokens": args.max_tokens, **figures,
-        "seconds": round(time.perf_counter() - started, 1),
-        "load_average_before": [round(value, 2) for value in load_before],
-        "load_average_after": [round(value, 2) for value in os.getloadavg()],
     }, out.parent)
     print(f"wrote {path}")
 

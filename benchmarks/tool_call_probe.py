@@ -24,12 +24,10 @@ average before and after.
 from __future__ import annotations
 
 import argparse
-import os
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, write_result
+from benchmarks.common import RESULTS_DIR, offline_llm, timed, write_result
 
 EXAMPLES = 6
 
@@ -59,12 +57,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     import llmgym  # noqa: F401 - registers the ids
     from llmgym.eval_sets import load_eval_set
-    from llmgym_train.generation.vllm_backend import import_vllm
-    from llmgym_train.models import resolve_model
 
-    vllm = import_vllm()
-    llm = vllm.LLM(model=str(resolve_model(args.model)), max_model_len=args.max_model_len, dtype="float32",
-                   gpu_memory_utilization=0.5, block_size=32, enforce_eager=True, seed=0)
+    vllm, llm = offline_llm(args.model, args.max_model_len)
     tokenizer = llm.get_tokenizer()
     env = gym.make(args.env, max_turns=3)
     records = load_eval_set(args.env)[: args.levels]
@@ -145,15 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     out = args.out or RESULTS_DIR / f"tool_call_probe_{args.env.split('/')[-1]}.json"
-    load_before = os.getloadavg()
-    started = time.perf_counter()
-    figures = measure(args)
+    figures = timed(lambda: measure(args))
     path = write_result(out.stem, {
         "env": args.env, "model": args.model, "levels": args.levels, "samples": args.samples,
         "max_tokens": args.max_tokens, **figures,
-        "seconds": round(time.perf_counter() - started, 1),
-        "load_average_before": [round(value, 2) for value in load_before],
-        "load_average_after": [round(value, 2) for value in os.getloadavg()],
     }, out.parent)
     print(f"wrote {path}")
 
