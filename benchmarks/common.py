@@ -32,11 +32,11 @@ __all__ = [
     "RESULTS_DIR",
     "markdown_table",
     "offline_llm",
-    "timed",
     "portable",
     "portable_path",
     "provenance",
     "rate",
+    "timed",
     "write_result",
 ]
 
