@@ -81,6 +81,7 @@ THROUGHPUT = (
     "sandbox_throughput.json",
     "ray_scaling.json",
     "update_speed.json",
+    "update_speed_tokens.json",
     "update_order.json",
     "step_memory.json",
     "async_training.json",

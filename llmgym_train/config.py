@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args, get_origin
 from llmgym.error import DependencyNotInstalled, InvalidOptionError, UnknownOptionError, did_you_mean
 from llmgym_train.algorithms.losses import KLEstimator, LossAggregation
 from llmgym_train.algorithms.off_policy import ImportanceLevel
+from llmgym_train.constraints import Constrain
 from llmgym_train.planner import EnvSpec
 
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
@@ -147,6 +148,11 @@ class RolloutConfig:
     #: evaluated as that distribution. Each must be one token after ``response_prefix``; needs
     #: ``max_new_tokens=1``. Empty: free generation.
     choices: list[str] = field(default_factory=list)
+    #: Constrained decoding: ``tool_calls`` lets each reply be only a call of a tool the env lists
+    #: (``info["tools"]``), in the syntax its prompt asks for, or an ``<answer>``; the model still
+    #: chooses which and with what arguments (:mod:`llmgym_train.constraints`). Needs the vllm
+    #: backend. ``none``: free generation.
+    constrain: Constrain = "none"
     #: Tree rollouts: branch turns, branches per branch point, episodes per group.
     tree: TreeConfig = field(default_factory=TreeConfig)
     #: The vllm backend's engine: ``in_process`` (weights copied in place, no serialization) or
@@ -163,6 +169,13 @@ class RolloutConfig:
         _check_choice("rollout", "backend", self.backend, Backend)
         _check_choice("rollout", "layout", self.layout, Layout)
         _check_choice("rollout", "vllm_process", self.vllm_process, VllmProcess)
+        _check_choice("rollout", "constrain", self.constrain, Constrain)
+        if self.constrain != "none" and (self.backend != "vllm" or self.choices):
+            raise InvalidOptionError(
+                f"rollout.constrain={self.constrain} constrains free replies through vLLM's structured "
+                f"outputs; got rollout.backend={self.backend} and rollout.choices={list(self.choices)}. Fix: "
+                "rollout.backend=vllm and rollout.choices=[], or rollout.constrain=none."
+            )
         _check_range("rollout", "group_size", self.group_size, 1)
         _check_range("rollout", "max_new_tokens", self.max_new_tokens, 1)
         _check_range("rollout", "max_model_len", self.max_model_len, 16)

@@ -383,7 +383,7 @@ class Trainer:
         rollout = self.config.rollout
         return AgentConfig(
             sampling=sampling, max_turns=rollout.max_turns or None, max_context_tokens=rollout.max_model_len,
-            sampling_seed=seed, lookahead=self.config.loss.credit == "lookahead",
+            sampling_seed=seed, lookahead=self.config.loss.credit == "lookahead", constrain=rollout.constrain,
         )
 
     def _play(

@@ -317,3 +317,46 @@ def test_vllm_in_its_own_process_takes_published_weights_between_decode_steps(tm
         timeout=900,
     )
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.vllm
+def test_vllm_constrained_replies_are_calls_the_env_runs_or_answers(
+    vllm_generator: Any, smollm2_tokenizer: Any
+) -> None:
+    """``SamplingSpec.regex``: every finished reply matches it, and the env reads each as a call or an answer.
+
+    Unconstrained, the base model never writes a calculator call that runs
+    (``benchmarks/results/tool_call_probe_ToolUse-Calculator-v0.json``); constrained, every finished
+    reply does.
+    """
+    import re
+
+    import gymnasium as gym
+
+    import llmgym  # noqa: F401
+    from llmgym_train.constraints import tool_call_regex
+
+    envs, prompts, regexes = [], [], []
+    for seed in range(4):
+        env = gym.make("llmgym/ToolUse-Calculator-v0")
+        observation, info = env.reset(seed=seed)
+        messages = [
+            {"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": observation},
+        ]
+        text = smollm2_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        envs.append(env)
+        prompts.append(smollm2_tokenizer.encode(text, add_special_tokens=False))
+        regexes.append(tool_call_regex(info["tools"]))
+    end = smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    specs = [SamplingSpec(max_tokens=96, temperature=1.0, regex=regex) for regex in regexes for _ in range(4)]
+    sampled = vllm_generator.generate([prompt for prompt in prompts for _ in range(4)], specs)
+    finished = [(index // 4, c) for index, c in enumerate(sampled) if c.finish_reason == "stop"]
+    assert len(finished) >= 8
+    for task, completion in finished:
+        assert completion.token_ids[-1] == end
+        assert re.fullmatch(regexes[task], smollm2_tokenizer.decode(completion.token_ids[:-1]))
+    greedy_specs = [SamplingSpec(max_tokens=96, temperature=0.0, regex=regex) for regex in regexes]
+    greedy = vllm_generator.generate(prompts, greedy_specs)
+    for env, completion in zip(envs, greedy, strict=True):
+        _, _, _, _, info = env.step(smollm2_tokenizer.decode(completion.token_ids[:-1]))
+        assert info["action_is_valid"] and info["tools_run"], "a constrained call the env could not run"

@@ -90,3 +90,21 @@ def test_a_group_shares_its_micro_batch_and_its_whole_prompt() -> None:
     pieces = list(micro_batches(ordered, size=4))
     shared = [shared_prefix_length(piece.input_ids, piece.attention_mask) for piece in pieces]
     assert shared == [20, 16, 12]  # each micro-batch runs its group's whole prompt once
+
+
+def test_update_speed_workload_shares_a_prefix_and_repeats_each_context() -> None:
+    """The benchmark's markov workload: prompts begin alike; a context's rows differ in the last token only."""
+    from types import SimpleNamespace
+
+    from benchmarks.update_speed import workload
+    from llmgym_train.batching import collate
+    from llmgym_train.policy import same_context_rows, shared_prefix_length
+
+    args = SimpleNamespace(contexts=6, repeats=3, context=20, shared=8)
+    samples = workload(args, vocab=500)
+    batch = collate(samples, pad_token_id=0)
+    assert len(batch) == 18
+    assert shared_prefix_length(batch.input_ids, batch.attention_mask) == 8
+    representatives, _ = same_context_rows(batch.input_ids, batch.attention_mask)
+    assert len(representatives) == 6
+    assert len({sample.reward for sample in samples[:3]}) == 2  # a context's rows carry a gradient

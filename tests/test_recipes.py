@@ -118,12 +118,14 @@ def test_recipe_flags_and_overrides_go_on_top_of_the_recipe(tmp_path: Path) -> N
 
 # ---------------------------------------------------------------------- one step on the tiny model
 def tiny_overrides(recipe: Recipe, model: Path, output: Path, steps: int = 1) -> list[str]:
-    """The recipe on the tiny test model: one group per env, short replies, no evaluation, the hf backend."""
+    """The recipe on the tiny test model: one group per env, short replies, no evaluation, the hf backend
+    (vLLM for a recipe that constrains its replies, which only vLLM enforces)."""
     rollout = recipe.config.get("rollout", {})
     train = [{**entry, "n_groups": 1} for entry in recipe.config["train_envs"]]
+    backend = "vllm" if rollout.get("constrain", "none") != "none" else "hf"
     return [
         f"model={model}", f"output={output}", f"steps={steps}", f"train_envs={json.dumps(train)}",
-        "rollout.backend=hf", f"rollout.group_size={min(rollout.get('group_size', 8), 2)}",
+        f"rollout.backend={backend}", f"rollout.group_size={min(rollout.get('group_size', 8), 2)}",
         f"rollout.max_new_tokens={min(rollout.get('max_new_tokens', 64), 8)}", "rollout.max_model_len=2048",
         "optim.micro_batch_size=64", "update.micro_batch_tokens=0", "model_options.gradient_checkpointing=false",
         "eval.disabled=true", "checkpoint_every=0", "max_minutes=0", "progress=false", "threads=1",
@@ -131,10 +133,13 @@ def tiny_overrides(recipe: Recipe, model: Path, output: Path, steps: int = 1) ->
 
 
 def tiny_model_for(recipe: Recipe, folder: Path, seed: int = 0, words: tuple[str, ...] = ()) -> Path:
-    """The tiny model, with the recipe's choices (if any) as one token each, as a real tokenizer has them."""
+    """The tiny model, with the recipe's choices (if any) as one token each, as a real tokenizer has them (and
+    heads vLLM's CPU attention takes, for a recipe that generates with vLLM here)."""
     from llmgym_train.testing import save_tiny_model
 
-    return save_tiny_model(folder, seed=seed, words=(*recipe.config.get("rollout", {}).get("choices", []), *words))
+    rollout = recipe.config.get("rollout", {})
+    heads = {"num_heads": 2} if rollout.get("constrain", "none") != "none" else {}
+    return save_tiny_model(folder, seed=seed, words=(*rollout.get("choices", []), *words), **heads)
 
 
 @pytest.mark.parametrize("name", RECIPES)

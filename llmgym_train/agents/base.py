@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
 from llmgym_train.chat import ChatTokens
+from llmgym_train.constraints import Constrain, reply_regex
 from llmgym_train.data import Trajectory
 from llmgym_train.envs import AgentEnv
 from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
@@ -49,6 +50,8 @@ class AgentConfig:
             (``sampling.allowed_token_ids``) once from a snapshot of the env and record the
             reward each earned (:attr:`Turn.choice_rewards`); the env is then restored and the
             sampled choice played. Needs a choice and an env with snapshots.
+        constrain: ``tool_calls`` constrains every reply to a call of a tool the env lists in its
+            reset info, or an answer (:mod:`llmgym_train.constraints`); ``none``: free generation.
     """
 
     sampling: SamplingSpec = SamplingSpec()
@@ -56,6 +59,7 @@ class AgentConfig:
     max_context_tokens: int = 2048
     sampling_seed: int | None = None
     lookahead: bool = False
+    constrain: Constrain = "none"
 
     def __post_init__(self) -> None:
         if self.max_turns is not None and self.max_turns < 1:
@@ -138,6 +142,9 @@ class Agent:
         sampling = self.config.sampling
         seed = self._request_seed(builder.start.episode_index, builder.requests)
         builder.requests += 1
+        regex = reply_regex(self.config.constrain, builder.info)
+        if regex is not None:
+            sampling = replace(sampling, regex=regex)
         if room < sampling.max_tokens or seed is not None:
             sampling = replace(sampling, max_tokens=min(room, sampling.max_tokens), seed=seed)
         return GenerationRequest(builder.start.episode_index, context, sampling)

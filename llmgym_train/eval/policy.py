@@ -26,6 +26,7 @@ from llmgym.splits import level_key
 from llmgym_train.agents import AgentConfig
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import RUN_CONFIG_FILE, EnvSpec, TrainConfig, load_config
+from llmgym_train.constraints import Constrain
 from llmgym_train.data import Trajectory
 from llmgym_train.episode import EpisodeStart
 from llmgym_train.eval.agents import AgentOptions, Reply, Turn
@@ -54,6 +55,7 @@ class PlaySettings:
         max_turns: the agent's turn limit (``None``: only the env ends episodes).
         temperature: 0 plays greedily, as the trainer's evaluation does.
         top_p: nucleus sampling mass (temperature above 0 only).
+        constrain: the shape replies are constrained to (``rollout.constrain``; ``none``: free).
     """
 
     agent: str = "chain"
@@ -64,6 +66,7 @@ class PlaySettings:
     max_turns: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
+    constrain: Constrain = "none"
 
     @classmethod
     def of_run(cls, rollout: RolloutConfig, evaluation: EvalConfig) -> PlaySettings:
@@ -75,6 +78,7 @@ class PlaySettings:
             max_new_tokens=evaluation.max_new_tokens or rollout.max_new_tokens,
             max_model_len=rollout.max_model_len,
             max_turns=rollout.max_turns or None,
+            constrain=rollout.constrain,
         )
 
     def chat(self, tokenizer: Any) -> ChatTokens:
@@ -136,7 +140,7 @@ def evaluate_policy(
     )
     config = AgentConfig(
         sampling=sampling, max_turns=settings.max_turns, max_context_tokens=settings.max_model_len,
-        sampling_seed=sampling_seed,
+        sampling_seed=sampling_seed, constrain=settings.constrain,
     )
     if play is not None:
         trajectories = play(starts, settings.agent, config)

@@ -37,6 +37,9 @@ class SamplingSpec:
             the stop token is kept in the completion (the loss mask covers it).
         allowed_token_ids: when given, every token is drawn from these only (the model's
             distribution renormalized over them; greedy picks the likeliest of them).
+        regex: when given, the completion's text matches this regular expression in full: each
+            token is drawn from the model's distribution over the tokens that keep it matchable
+            (vLLM's structured outputs; see :mod:`llmgym_train.constraints`).
     """
 
     max_tokens: int = 256
@@ -46,6 +49,7 @@ class SamplingSpec:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     allowed_token_ids: tuple[int, ...] = ()
+    regex: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

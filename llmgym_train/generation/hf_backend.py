@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmgym.error import DependencyNotInstalled
+from llmgym.error import DependencyNotInstalled, InvalidOptionError
 from llmgym_train.generation.base import Completion, SamplingSpec, per_prompt
 
 if TYPE_CHECKING:
@@ -80,6 +80,11 @@ class HfGenerator:
         specs = per_prompt(sampling, len(prompts))
         if not prompts:
             return []
+        if any(spec.regex for spec in specs):
+            raise InvalidOptionError(
+                "The hf backend does not constrain replies to a regular expression (rollout.constrain); "
+                "vLLM does. Set rollout.backend=vllm, or rollout.constrain=none."
+            )
         was_training = self.model.training
         self.model.eval()  # no dropout, and a KV cache even under gradient checkpointing
         try:

@@ -232,6 +232,10 @@ class VllmGenerator:
             del engine
 
     # ------------------------------------------------------------------ helpers
+    def _structured(self, regex: str | None) -> Any:
+        """vLLM's structured outputs for a reply that must match ``regex`` (``None``: free generation)."""
+        return self._vllm.sampling_params.StructuredOutputsParams(regex=regex) if regex else None
+
     def _params(self, spec: SamplingSpec) -> Any:
         return self._vllm.SamplingParams(
             max_tokens=spec.max_tokens,
@@ -241,6 +245,7 @@ class VllmGenerator:
             seed=spec.seed if self._honours_seeds else None,
             stop_token_ids=list(spec.stop_token_ids) + list(self.eos_token_ids),
             allowed_token_ids=list(spec.allowed_token_ids) or None,
+            structured_outputs=self._structured(spec.regex),
             logprobs=0,
             flat_logprobs=True,
             detokenize=False,
