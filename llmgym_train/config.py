@@ -150,8 +150,8 @@ class RolloutConfig:
     choices: list[str] = field(default_factory=list)
     #: Constrained decoding: ``tool_calls`` lets each reply be only a call of a tool the env lists
     #: (``info["tools"]``), in the syntax its prompt asks for, or an ``<answer>``; the model still
-    #: chooses which and with what arguments (:mod:`llmgym_train.constraints`). Needs the vllm
-    #: backend. ``none``: free generation.
+    #: chooses which and with what arguments. The last of ``max_turns`` turns is an answer
+    #: (:mod:`llmgym_train.constraints`). Needs the vllm backend. ``none``: free generation.
     constrain: Constrain = "none"
     #: Tree rollouts: branch turns, branches per branch point, episodes per group.
     tree: TreeConfig = field(default_factory=TreeConfig)

@@ -4,7 +4,9 @@
 system prompt asks (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, its
 arguments those of the tool's JSON schema, in the schema's order), or a final answer
 (``<answer>...</answer>``). Which of the two, which tool, and the argument values stay the
-model's choice; only the syntax is fixed. A small model that never writes a call the env
+model's choice; only the syntax is fixed. The agent's last turn (``rollout.max_turns``) is an
+answer: a call there could never be read, and the episode would end unanswered (as agent
+loops that force a final answer when their step budget runs out). A small model that never writes a call the env
 can run (``benchmarks/tool_call_probe.py``: the base SmolLM2-135M runs the calculator in 0 of
 768 sampled first turns) then gets episodes whose reward depends on what it chose to compute.
 
@@ -80,8 +82,9 @@ def literal(text: str) -> str:
     return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
 
 
-def reply_regex(constrain: Constrain, info: dict[str, Any]) -> str | None:
-    """The regular expression every reply of an episode must match (``None``: free generation)."""
+def reply_regex(constrain: Constrain, info: dict[str, Any], last_turn: bool = False) -> str | None:
+    """The regular expression a reply must match (``None``: free generation); ``last_turn``: the agent's last."""
     if constrain == "none":
         return None
-    return tool_call_regex(info.get("tools") or ())
+    regex = tool_call_regex(info.get("tools") or ())  # checks that the env has tools, on every turn
+    return ANSWER if last_turn else regex

@@ -97,3 +97,20 @@ def test_the_hf_backend_refuses_a_regex(random_tiny_model: Any, char_tokenizer: 
     generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=64)
     with pytest.raises(InvalidOptionError, match="rollout.backend=vllm"):
         generator.generate([[1, 2, 3]], SamplingSpec(max_tokens=4, regex="<answer>[0-9]+</answer>"))
+
+
+def test_the_agents_last_turn_may_only_answer() -> None:
+    """With ``max_turns``, the last request asks for an ``<answer>``: a call there could never be read."""
+    from llmgym_train.agents.base import Agent, AgentConfig
+    from llmgym_train.constraints import ANSWER
+    from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
+
+    _, info = gym.make("llmgym/ToolUse-Calculator-v0").reset(seed=0)
+    agent = Agent(chat=None, config=AgentConfig(max_turns=2, constrain="tool_calls"))  # type: ignore[arg-type]
+    builder = TrajectoryBuilder([1, 2, 3], EpisodeStart(0, "llmgym/ToolUse-Calculator-v0", 0), info, 64, [])
+    assert agent.request(builder).sampling.regex == tool_call_regex(info["tools"])
+    builder.turns.append(None)  # type: ignore[arg-type]  (one turn played)
+    assert agent.request(builder).sampling.regex == ANSWER
+    assert reply_regex("tool_calls", info, last_turn=True) == ANSWER
+    free = Agent(chat=None, config=AgentConfig(max_turns=2))  # type: ignore[arg-type]
+    assert free.request(builder).sampling.regex is None

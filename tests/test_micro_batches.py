@@ -93,7 +93,7 @@ def test_a_group_shares_its_micro_batch_and_its_whole_prompt() -> None:
 
 
 def test_update_speed_workload_shares_a_prefix_and_repeats_each_context() -> None:
-    """The benchmark's markov workload: prompts begin alike; a context's rows differ in the last token only."""
+    """The benchmark's markov workload: prompts begin alike; a context's rows differ in their last token."""
     from types import SimpleNamespace
 
     from benchmarks.update_speed import workload

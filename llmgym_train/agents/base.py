@@ -51,7 +51,8 @@ class AgentConfig:
             reward each earned (:attr:`Turn.choice_rewards`); the env is then restored and the
             sampled choice played. Needs a choice and an env with snapshots.
         constrain: ``tool_calls`` constrains every reply to a call of a tool the env lists in its
-            reset info, or an answer (:mod:`llmgym_train.constraints`); ``none``: free generation.
+            reset info, or an answer, and the last of ``max_turns`` to an answer
+            (:mod:`llmgym_train.constraints`); ``none``: free generation.
     """
 
     sampling: SamplingSpec = SamplingSpec()
@@ -142,7 +143,8 @@ class Agent:
         sampling = self.config.sampling
         seed = self._request_seed(builder.start.episode_index, builder.requests)
         builder.requests += 1
-        regex = reply_regex(self.config.constrain, builder.info)
+        last_turn = self.config.max_turns is not None and len(builder.turns) + 1 >= self.config.max_turns
+        regex = reply_regex(self.config.constrain, builder.info, last_turn)
         if regex is not None:
             sampling = replace(sampling, regex=regex)
         if room < sampling.max_tokens or seed is not None:
