@@ -6,9 +6,11 @@ arguments those of the tool's JSON schema, in the schema's order), or a final an
 (``<answer>...</answer>``). Which of the two, which tool, and the argument values stay the
 model's choice; only the syntax is fixed. The agent's last turn (``rollout.max_turns``) is an
 answer: a call there could never be read, and the episode would end unanswered (as agent
-loops that force a final answer when their step budget runs out). A small model that never writes a call the env
-can run (``benchmarks/tool_call_probe.py``: the base SmolLM2-135M runs the calculator in 0 of
-768 sampled first turns) then gets episodes whose reward depends on what it chose to compute.
+loops that force a final answer when their step budget runs out).
+
+A small model that never writes a call the env can run (``benchmarks/tool_call_probe.py``: the
+base SmolLM2-135M runs the calculator in 0 of 768 sampled first turns) then gets episodes whose
+reward depends on what it chose to compute.
 
 The constraint is a regular expression the generator enforces token by token (vLLM's
 structured outputs). The trainer scores the sampled tokens under the model's own distribution,
@@ -83,7 +85,7 @@ def literal(text: str) -> str:
 
 
 def reply_regex(constrain: Constrain, info: dict[str, Any], last_turn: bool = False) -> str | None:
-    """The regular expression a reply must match (``None``: free generation); ``last_turn``: the agent's last."""
+    """The regex a reply must match on the agent's last turn or another (``None``: free generation)."""
     if constrain == "none":
         return None
     regex = tool_call_regex(info.get("tools") or ())  # checks that the env has tools, on every turn

@@ -106,7 +106,8 @@ def test_the_agents_last_turn_may_only_answer() -> None:
     from llmgym_train.episode import EpisodeStart, TrajectoryBuilder
 
     _, info = gym.make("llmgym/ToolUse-Calculator-v0").reset(seed=0)
-    agent = Agent(chat=None, config=AgentConfig(max_turns=2, constrain="tool_calls"))  # type: ignore[arg-type]
+    config = AgentConfig(max_turns=2, constrain="tool_calls")
+    agent = Agent(chat=None, config=config)  # type: ignore[arg-type]
     builder = TrajectoryBuilder([1, 2, 3], EpisodeStart(0, "llmgym/ToolUse-Calculator-v0", 0), info, 64, [])
     assert agent.request(builder).sampling.regex == tool_call_regex(info["tools"])
     builder.turns.append(None)  # type: ignore[arg-type]  (one turn played)
