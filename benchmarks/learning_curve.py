@@ -81,8 +81,12 @@ settings. Why the recipes that learnt are as they are:
   recipes before it (GiGPO step advantages on 1-3-move rooms, REINFORCE++ on progress rewards,
   lookahead credit on the reward itself, a mixture of 3-move and full rooms) stayed at 0%
   (``benchmarks/results/recipe_trials/`` and the README).
-* ``sokoban-v1-grpo``, ``math-easy-grpo``, ``tool-calculator-grpo``: the env's own rewards, no
-  teacher; not yet measured in a long run (their files say why each setting).
+* ``math-easy-grpo``, ``tool-calculator-grpo``, ``sokoban-v1-grpo``: the env's own rewards, no
+  teacher (their files say why each setting). ``math-easy-grpo``: three seeds in
+  ``learning_curve_Math-Easy-v0.json``. ``tool-calculator-grpo`` constrains every reply to a tool
+  call or an answer (``rollout.constrain=tool_calls``, the evaluation's too) and the second and
+  last turn to an answer; ``learning_curve_ToolUse-Calculator-v0.json``. ``sokoban-v1-grpo``: not
+  yet measured in a long run.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
