@@ -1,4 +1,4 @@
-"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (8.5-16.3 minutes on 2 cores); print the change.
+"""Train the embedded SmolLM2-135M on FrozenLake for 60 steps (12.6 minutes on 2 cores); print the change.
 
     python scripts/demo_train.py [--recipe 3x3|v1] [--output runs/demo] [--steps 60] [--minutes 0]
         [--record] [key=value ...]
@@ -140,7 +140,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=("3x3", "v1"), default="3x3", help="what to train (see above)")
     parser.add_argument("--output", default="runs/demo", help="run folder")
-    parser.add_argument("--steps", type=int, default=60, help="training steps (8-13 s each on 2 CPU cores)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps (8-16 s each on 2 CPU cores)")
     parser.add_argument("--minutes", type=float, default=0.0,
                         help="stop training after this many minutes even if steps are left (0: no time limit)")
     parser.add_argument("--record", action="store_true",
