@@ -122,8 +122,8 @@ def test_tool_recipe_learns_the_right_final_answer(tmp_path: Path) -> None:
     # The recipe's loss and optimizer on free replies after the prefix "<", on the hf backend: the tiny
     # model writes a whole call or answer as one token, which the constraint's regex (enforced by vLLM,
     # tests/test_constraints.py and test_recipes.py) cannot see as one choice.
-    free = ("rollout.constrain=none", "rollout.backend=hf", "rollout.response_prefix=<", "rollout.max_turns=3",
-            "rollout.temperature=1.0", "rollout.max_new_tokens=1")
+    free = ("rollout.constrain=none", "rollout.backend=hf", "rollout.response_prefix=<",
+            "rollout.max_turns=3", "rollout.temperature=1.0", "rollout.max_new_tokens=1")
     records = train_recipe(tmp_path, "tool-calculator-grpo", "llmgym-test/ToolFixed-v0", steps=16, n_groups=8,
                            words=(CALL[1:], "answer>7</answer>", *long_texts), extra=free)
     assert_learned("tool-calculator-grpo", records, chance=0.15, learned=0.7)
