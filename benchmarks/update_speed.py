@@ -38,13 +38,12 @@ SHARED_PREFIX_SEED = 2**31
 
 
 def choice_sample(
-    context: int, vocab: int, index: int, reward: float,
-    shared: int = 0, repeat: int = 0, group: int | None = None,
+    context: int, vocab: int, index: int, reward: float, shared: int = 0, repeat: int = 0
 ) -> Any:
     """A markov turn: a ``context``-token prompt, then one generated (trained) token.
 
     The prompt's first ``shared`` tokens are the same for every index; ``repeat`` changes the
-    generated token only; ``group`` is the sample's group (default ``index // 4``).
+    generated token only. Four consecutive indices form a group.
     """
     import numpy as np
 
@@ -57,15 +56,15 @@ def choice_sample(
     return Sample(
         token_ids=token_ids, loss_mask=loss_mask, behavior_logprobs=[-1.0 if m else 0.0 for m in loss_mask],
         token_rewards=[0.0] * len(token_ids), reward=reward, episode_return=reward, success=reward > 0,
-        actions_valid=True, cut_off=False, truncated=False, group_id=index // 4 if group is None else group,
-        episode_index=index, turn_index=0, num_turns=1,
+        actions_valid=True, cut_off=False, truncated=False, group_id=index // 4, episode_index=index,
+        turn_index=0, num_turns=1,
     )
 
 
 def workload(args: argparse.Namespace, vocab: int) -> list[Any]:
     """``--contexts`` prompts, ``--repeats`` rows each; rewards alternate, so every row carries a gradient."""
     return [
-        choice_sample(args.context, vocab, index, (index + repeat) % 2, args.shared, repeat, index // 4)
+        choice_sample(args.context, vocab, index, (index + repeat) % 2, args.shared, repeat)
         for index in range(args.contexts)
         for repeat in range(args.repeats)
     ]

@@ -88,5 +88,5 @@ def reply_regex(constrain: Constrain, info: dict[str, Any], last_turn: bool = Fa
     """The regex a reply must match on the agent's last turn or another (``None``: free generation)."""
     if constrain == "none":
         return None
-    regex = tool_call_regex(info.get("tools") or ())  # checks that the env has tools, on every turn
-    return ANSWER if last_turn else regex
+    tools = info.get("tools") or ()
+    return ANSWER if last_turn and tools else tool_call_regex(tools)  # an env without tools fails on any turn

@@ -122,7 +122,7 @@ def tiny_overrides(recipe: Recipe, model: Path, output: Path, steps: int = 1) ->
     (vLLM for a recipe that constrains its replies, which only vLLM enforces)."""
     rollout = recipe.config.get("rollout", {})
     train = [{**entry, "n_groups": 1} for entry in recipe.config["train_envs"]]
-    backend = "vllm" if rollout.get("constrain", "none") != "none" else "hf"
+    backend = "vllm" if constrains_replies(recipe) else "hf"
     return [
         f"model={model}", f"output={output}", f"steps={steps}", f"train_envs={json.dumps(train)}",
         f"rollout.backend={backend}", f"rollout.group_size={min(rollout.get('group_size', 8), 2)}",
@@ -137,9 +137,14 @@ def tiny_model_for(recipe: Recipe, folder: Path, seed: int = 0, words: tuple[str
     heads vLLM's CPU attention takes, for a recipe that generates with vLLM here)."""
     from llmgym_train.testing import save_tiny_model
 
-    rollout = recipe.config.get("rollout", {})
-    heads = {"num_heads": 2} if rollout.get("constrain", "none") != "none" else {}
-    return save_tiny_model(folder, seed=seed, words=(*rollout.get("choices", []), *words), **heads)
+    choices = recipe.config.get("rollout", {}).get("choices", [])
+    heads = {"num_heads": 2} if constrains_replies(recipe) else {}
+    return save_tiny_model(folder, seed=seed, words=(*choices, *words), **heads)
+
+
+def constrains_replies(recipe: Recipe) -> bool:
+    """Whether the recipe constrains its replies (``rollout.constrain``): only the vllm backend can."""
+    return recipe.config.get("rollout", {}).get("constrain", "none") != "none"
 
 
 @pytest.mark.parametrize("name", RECIPES)
