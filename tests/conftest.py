@@ -2,7 +2,7 @@
 
 Also: a skipped sandbox escape test fails the run unless ``LLMGYM_ALLOW_SANDBOX_SKIP=1``.
 
-Everything here is session-scoped and created on first use: a test session that does not
+Everything here is created on first use: a test session that does not
 ask for the vLLM engine never imports vLLM, and one that does starts it once (about 35 s on a
 2-core CPU) and shares it between all tests.
 """
@@ -52,16 +52,31 @@ def smollm2_tokenizer(smollm2_path: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
-def vllm_generator(smollm2_path: Path) -> Iterator[Any]:
-    """One in-process vLLM engine on SmolLM2 (bf16, 2048-token context) for the whole session.
+def _vllm_engines() -> Iterator[list[Any]]:
+    """The session's in-process vLLM engine (at most one), closed when the session ends."""
+    engines: list[Any] = []
+    yield engines
+    for engine in engines:
+        engine.close()
 
-    Tests that change its weights must restore them before they end.
+
+@pytest.fixture()
+def vllm_generator(smollm2_path: Path, _vllm_engines: list[Any]) -> Any:
+    """One in-process vLLM engine on SmolLM2 (bf16, 2048-token context), shared between tests.
+
+    Tests that change its weights must restore them before they end. Shutting down any other
+    in-process engine (a trainer's, say) tears down vLLM's process-wide parallel state, which
+    this engine needs too; it is then started again.
     """
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
     from llmgym_train.generation.vllm_backend import VllmGenerator
 
-    generator = VllmGenerator(smollm2_path, max_model_len=2048, dtype="bfloat16", seed=0)
-    yield generator
-    generator.close()
+    if _vllm_engines and not model_parallel_is_initialized():
+        _vllm_engines.pop().close()
+    if not _vllm_engines:
+        _vllm_engines.append(VllmGenerator(smollm2_path, max_model_len=2048, dtype="bfloat16", seed=0))
+    return _vllm_engines[0]
 
 
 @pytest.fixture(scope="session")
