@@ -4,7 +4,7 @@ Also: a skipped sandbox escape test fails the run unless ``LLMGYM_ALLOW_SANDBOX_
 
 Everything here is created on first use: a test session that does not
 ask for the vLLM engine never imports vLLM, and one that does starts it once (about 35 s on a
-2-core CPU) and shares it between all tests.
+2-core CPU) and shares it between all tests, which run last (``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         report.longrepr = (f"sandbox escape test skipped ({reason}); escape tests must run. "
                            f"Set {ALLOW_SANDBOX_SKIP}=1 to allow skipping them.")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on the shared vLLM engine run last, each file's in its own order.
+
+    A trainer's in-process engine tears down vLLM's process-wide parallel state when it shuts
+    down; run after every such test, the shared engine starts once instead of again.
+    """
+    items.sort(key=lambda item: "vllm_generator" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(scope="session")
