@@ -95,6 +95,7 @@ class RemoteEnvError(Error, RuntimeError):
     Codes: ``RESET_NEEDED``, ``EPISODE_ENDED``, ``ACTION_TOO_LONG``, ``INVALID_JSON``,
     ``VALIDATION_ERROR``, ``UNKNOWN_TYPE``, ``UNKNOWN_ENV_ID``, ``CAPACITY_REACHED``,
     ``ENV_ERROR`` (the env refused the request), ``EXECUTION_ERROR`` (the env raised),
+    ``UNKNOWN_INDEX`` (a batch item named no env of its ``/ws/batch`` connection),
     ``CONNECTION_LOST``.
     """
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import gymnasium as gym
@@ -20,7 +21,8 @@ from llmgym.integrations.protocol import (
     error_message,
     json_safe,
 )
-from llmgym.integrations.serve import ServeConfig, Session, SessionPool, _close_quietly
+from llmgym.integrations.serve import Connection, ServeConfig, Session, SessionPool, _close_quietly
+from llmgym.integrations.serve_batch import BatchSession
 
 
 def _env_description(env_id: str) -> str:
@@ -55,6 +57,10 @@ def build_app(config: ServeConfig) -> FastAPI:
     async def play(websocket: WebSocket) -> None:
         await _play(websocket, config, pool)
 
+    @app.websocket("/ws/batch")
+    async def play_batch(websocket: WebSocket) -> None:
+        await _play_batch(websocket, config, pool)
+
     return app
 
 
@@ -66,7 +72,8 @@ def _add_http_routes(app: FastAPI, config: ServeConfig, pool: SessionPool) -> No
         return {
             "status": "healthy",
             "env_id": config.env_id,
-            "active_sessions": len(pool.sessions),
+            "active_sessions": pool.active_envs,
+            "active_connections": len(pool.sessions),
             "max_sessions": config.max_sessions,
             "sessions_opened": pool.opened,
             "sessions_reaped": pool.reaped,
@@ -97,7 +104,7 @@ def _add_http_routes(app: FastAPI, config: ServeConfig, pool: SessionPool) -> No
     async def state() -> dict[str, Any]:
         return {
             "env_id": config.env_id,
-            "active_sessions": len(pool.sessions),
+            "active_sessions": pool.active_envs,
             "episode_id": None,
             "step_count": 0,
         }
@@ -132,44 +139,88 @@ def _add_episode_routes(app: FastAPI, config: ServeConfig) -> None:
 async def _play(websocket: WebSocket, config: ServeConfig, pool: SessionPool) -> None:
     """One WebSocket session: an env of its own, one answer per frame, freed however it ends."""
     await websocket.accept()
-    requested = websocket.query_params.get("env_id")
-    if requested and requested != config.env_id:
-        await websocket.send_text(
-            json.dumps(
-                error_message("UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}.")
-            )
-        )
-        await _close_quietly(websocket, 1008, "unknown env id")
+    if not await _serves_the_asked_id(websocket, config):
         return
     session = pool.open(websocket)
     if session is None:
-        await websocket.send_text(
-            json.dumps(
-                error_message(
-                    "CAPACITY_REACHED",
-                    f"All {config.max_sessions} sessions are taken; retry later.",
-                    active_sessions=len(pool.sessions),
-                    max_sessions=config.max_sessions,
-                )
-            )
-        )
-        await _close_quietly(websocket, 1013, "capacity reached")
+        await _refuse(websocket, f"All {config.max_sessions} sessions are taken; retry later.", config, pool)
         return
+
+    async def reply(raw: str | bytes) -> tuple[str | None, bool]:
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
+        answer, keep = await session.handle(text)
+        return (None if answer is None else json.dumps(answer)), keep
+
+    await _serve_frames(websocket, pool, session, reply)
+
+
+async def _play_batch(websocket: WebSocket, config: ServeConfig, pool: SessionPool) -> None:
+    """One batched connection (``/ws/batch?num_envs=N``): ``N`` envs, one answer per frame, all freed
+    however it ends."""
+    await websocket.accept()
+    if not await _serves_the_asked_id(websocket, config):
+        return
+    asked = websocket.query_params.get("num_envs", "")
+    num_envs = int(asked) if asked.isdigit() else 0
+    if not 1 <= num_envs <= config.max_sessions:
+        message = (
+            f"/ws/batch needs ?num_envs=N with N from 1 to {config.max_sessions} (--max-sessions); "
+            f"got {asked!r:.40}."
+        )
+        await websocket.send_text(json.dumps(error_message("VALIDATION_ERROR", message)))
+        await _close_quietly(websocket, 1008, "bad num_envs")
+        return
+    batch = pool.admit(num_envs, lambda: BatchSession(config, websocket, num_envs))
+    if batch is None:
+        message = (
+            f"This connection asks for {num_envs} envs; {pool.free_envs} of the server's "
+            f"{config.max_sessions} are free. Retry later or ask for fewer."
+        )
+        await _refuse(websocket, message, config, pool)
+        return
+    await _serve_frames(websocket, pool, batch, batch.handle)
+
+
+async def _serves_the_asked_id(websocket: WebSocket, config: ServeConfig) -> bool:
+    requested = websocket.query_params.get("env_id")
+    if not requested or requested == config.env_id:
+        return True
+    await websocket.send_text(
+        json.dumps(error_message("UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}."))
+    )
+    await _close_quietly(websocket, 1008, "unknown env id")
+    return False
+
+
+async def _refuse(websocket: WebSocket, message: str, config: ServeConfig, pool: SessionPool) -> None:
+    refusal = error_message(
+        "CAPACITY_REACHED", message, active_sessions=pool.active_envs, max_sessions=config.max_sessions
+    )
+    await websocket.send_text(json.dumps(refusal))
+    await _close_quietly(websocket, 1013, "capacity reached")
+
+
+async def _serve_frames(
+    websocket: WebSocket,
+    pool: SessionPool,
+    connection: Connection,
+    reply: Callable[[str | bytes], Awaitable[tuple[str | None, bool]]],
+) -> None:
+    """Answer each frame with ``reply`` until the peer closes, vanishes or is reaped; free the
+    connection's envs however it ends."""
     try:
-        while session.session_id in pool.sessions:
+        while connection.session_id in pool.sessions:
             frame = await websocket.receive()
             if frame["type"] == "websocket.disconnect":
                 break
             raw = frame.get("text")
-            if raw is None:
-                raw = (frame.get("bytes") or b"").decode("utf-8", errors="replace")
-            answer, keep = await session.handle(raw)
+            answer, keep = await reply(raw if raw is not None else frame.get("bytes") or b"")
             if answer is not None:
-                await websocket.send_text(json.dumps(answer))
+                await websocket.send_text(answer)
             if not keep:
                 break
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass  # the peer vanished or the reaper closed the socket under us
     finally:
-        pool.release(session)
+        pool.release(connection)
         await _close_quietly(websocket)

@@ -14,6 +14,22 @@ A client sends one JSON object per text frame: ``{"type": "reset" | "step" | "st
 This is OpenEnv's envelope (its ``GenericEnvClient`` reads ``observation``, ``reward`` and
 ``done``); Gymnasium's ``terminated`` and ``truncated`` travel apart inside the observation,
 beside the step's ``info`` made JSON-safe by :func:`json_safe`.
+
+Batched (``WS /ws/batch?num_envs=N``, llmgym's own; one connection holds ``N`` envs, indexed
+``0 .. N-1``): a ``batch`` message is a list of the messages above, each with the index of the
+env it goes to, and its answer is the list of their answers, in the same order::
+
+    {"type": "batch", "data": {"items": [
+        {"index": 0, "type": "reset", "data": {"seed": 3}},
+        {"index": 1, "type": "step", "data": {"text": "<answer>Up</answer>"}}]}}
+    -> {"type": "batch", "data": {"items": [
+        {"index": 0, "type": "observation", "data": {...}},
+        {"index": 1, "type": "error", "data": {"message": ..., "code": "RESET_NEEDED"}}]}}
+
+An item's type is ``reset``, ``step`` or ``state``; each env keeps a ``/ws`` session's rules, and a
+request one env cannot serve (or an item naming no env of the connection: ``UNKNOWN_INDEX``) gets
+an ``error`` item while the others are served. ``{"type": "state"}`` answers with the envs' id,
+``env_kwargs`` and each env's state; ``{"type": "close"}`` ends the connection.
 """
 
 from __future__ import annotations
@@ -27,6 +43,9 @@ from typing import Any
 RESET_KEYS = frozenset({"seed", "options", "episode_id"})
 #: Keys a ``step`` message's data may hold (``metadata`` is OpenEnv's ``Action`` field; it is ignored).
 STEP_KEYS = frozenset({"text", "metadata"})
+#: Keys of one item of a ``batch`` message, and the request types an item may carry.
+BATCH_ITEM_KEYS = frozenset({"index", "type", "data"})
+BATCH_ITEM_TYPES = ("reset", "step", "state")
 
 ACTION_SCHEMA: dict[str, Any] = {
     "title": "TextAction",

@@ -11,6 +11,10 @@ plays it unchanged::
         result = env.reset(seed=0)
         result = env.step({"text": "<answer>Up</answer>"})
 
+``WS /ws/batch?num_envs=N`` (llmgym's own, beside OpenEnv's protocol) holds ``N`` envs on one
+connection and answers a list of requests in one message: one round trip per vector step, which is
+how llmgym's vector env plays served envs (:mod:`llmgym.integrations.serve_batch`).
+
 HTTP: ``GET /health`` (with the server's own session count), ``GET /schema``, ``GET /metadata``,
 ``GET /state``, ``POST /reset`` (a one-off first observation). ``POST /step`` answers with an error:
 an episode needs the session that only ``/ws`` keeps.
@@ -32,8 +36,9 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import gymnasium as gym
 
@@ -52,7 +57,8 @@ class ServeConfig:
     host: str = "127.0.0.1"
     #: TCP port.
     port: int = 8000
-    #: Sessions open at once; a connection beyond it gets a ``CAPACITY_REACHED`` error and is closed.
+    #: Envs open at once (a ``/ws`` session holds one, a ``/ws/batch`` connection its ``num_envs``); a
+    #: connection beyond it gets a ``CAPACITY_REACHED`` error and is closed.
     max_sessions: int = 256
     #: Seconds without a message after which a session is closed and its env freed.
     idle_timeout: float = 300.0
@@ -88,6 +94,9 @@ class RequestError(Exception):
 
 class Session:
     """One connection's env and episode bookkeeping."""
+
+    #: Envs this connection holds (counted against ``max_sessions``).
+    num_envs = 1
 
     def __init__(self, config: ServeConfig, websocket: Any) -> None:
         self.config = config
@@ -175,36 +184,12 @@ class Session:
         """The answer to one frame (None for ``close``), and whether the session goes on."""
         self.last_activity = time.monotonic()
         try:
-            message = json.loads(raw)
-        except (ValueError, RecursionError) as error:
-            return error_message("INVALID_JSON", f"Invalid JSON: {error}"), True
-        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-            return error_message("VALIDATION_ERROR", "A message is an object with a string 'type'."), True
-        kind, data = message["type"], message.get("data", {})
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            return error_message(
-                "VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}."
-            ), True
-        try:
-            if kind == "step":
-                return await self.step(data), True
-            if kind == "reset":
-                return await self.reset(data), True
-            if kind == "state":
-                return self.state(), True
-            if kind == "close":
-                return None, False
-            return error_message(
-                "UNKNOWN_TYPE", f"Unknown message type {kind!r:.40}; expected reset, step, state or close."
-            ), True
+            kind, data = parse_message(raw, json.loads)
         except RequestError as error:
             return error_message(error.code, str(error)), True
-        except Error as error:  # the env refused the request (unknown reset option, bad level, ...)
-            return error_message("ENV_ERROR", f"{type(error).__name__}: {error}"), True
-        except Exception as error:  # the env raised: report it, keep serving
-            return error_message("EXECUTION_ERROR", f"{type(error).__name__}: {error}"), True
+        if kind == "close":
+            return None, False
+        return await answer(self, kind, data), True
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -219,27 +204,93 @@ def _check_keys(kind: str, data: dict[str, Any], valid: frozenset[str]) -> None:
         )
 
 
+def parse_message(raw: str | bytes, loads: Callable[[str | bytes], Any]) -> tuple[str, dict[str, Any]]:
+    """A frame's ``(type, data)``; a frame that is not such a message raises :class:`RequestError`."""
+    try:
+        message = loads(raw)
+    except (ValueError, RecursionError) as error:
+        raise RequestError("INVALID_JSON", f"Invalid JSON: {error}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise RequestError("VALIDATION_ERROR", "A message is an object with a string 'type'.")
+    data = message.get("data", {})
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RequestError("VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}.")
+    return message["type"], data
+
+
+async def answer(session: Session, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a ``reset``, ``step`` or ``state`` request of ``session``: its result, or an
+    ``error`` message when it cannot be served (the session goes on either way)."""
+    try:
+        if kind == "step":
+            return await session.step(data)
+        if kind == "reset":
+            return await session.reset(data)
+        if kind == "state":
+            return session.state()
+        return error_message(
+            "UNKNOWN_TYPE", f"Unknown message type {kind!r:.40}; expected reset, step, state or close."
+        )
+    except RequestError as error:
+        return error_message(error.code, str(error))
+    except Error as error:  # the env refused the request (unknown reset option, bad level, ...)
+        return error_message("ENV_ERROR", f"{type(error).__name__}: {error}")
+    except Exception as error:  # the env raised: report it, keep serving
+        return error_message("EXECUTION_ERROR", f"{type(error).__name__}: {error}")
+
+
+class Connection(Protocol):
+    """What the pool keeps of a connection: a ``Session`` (``/ws``) or a ``BatchSession`` (``/ws/batch``)."""
+
+    session_id: str
+    websocket: Any
+    last_activity: float
+    num_envs: int
+
+    def close(self) -> None: ...
+
+
+OpenedConnection = TypeVar("OpenedConnection", bound=Connection)
+
+
 class SessionPool:
-    """The open sessions, the limit on them, and the reaper of idle ones."""
+    """The open connections, the limit on the envs they hold, and the reaper of idle ones.
+
+    Every env counts against ``max_sessions``: a ``/ws`` session holds one, a ``/ws/batch``
+    connection as many as it asked for.
+    """
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, Connection] = {}
+        self.active_envs = 0
         self.opened = 0
         self.reaped = 0
         self.refused = 0
 
     def open(self, websocket: Any) -> Session | None:
-        if len(self.sessions) >= self.config.max_sessions:
+        return self.admit(1, lambda: Session(self.config, websocket))
+
+    def admit(self, num_envs: int, build: Callable[[], OpenedConnection]) -> OpenedConnection | None:
+        """``build()``'s connection, kept, when ``num_envs`` more envs fit; None (refused) otherwise."""
+        if self.active_envs + num_envs > self.config.max_sessions:
             self.refused += 1
             return None
-        session = Session(self.config, websocket)
-        self.sessions[session.session_id] = session
+        connection = build()
+        self.sessions[connection.session_id] = connection
+        self.active_envs += connection.num_envs
         self.opened += 1
-        return session
+        return connection
 
-    def release(self, session: Session) -> None:
+    @property
+    def free_envs(self) -> int:
+        return self.config.max_sessions - self.active_envs
+
+    def release(self, session: Connection) -> None:
         if self.sessions.pop(session.session_id, None) is not None:
+            self.active_envs -= session.num_envs
             session.close()
 
     async def reap_forever(self) -> None:
@@ -345,8 +396,8 @@ def main(argv: list[str] | None = None) -> None:
     except (gym.error.Error, Error) as error:
         sys.exit(f"llmgym-serve: {error}")
     print(
-        f"llmgym-serve: {config.env_id} on ws://{config.host}:{config.port}/ws "
-        f"(max {config.max_sessions} sessions, idle timeout {config.idle_timeout:g} s)",
+        f"llmgym-serve: {config.env_id} on ws://{config.host}:{config.port}/ws and /ws/batch "
+        f"(max {config.max_sessions} envs, idle timeout {config.idle_timeout:g} s)",
         flush=True,
     )
     uvicorn.run(
@@ -358,8 +409,9 @@ def main(argv: list[str] | None = None) -> None:
         ws_ping_interval=config.ping_interval,
         ws_ping_timeout=config.ping_timeout,
         # Frames up to 4 bytes a character pass the socket, so an over-long action is answered
-        # with ACTION_TOO_LONG instead of a dropped connection.
-        ws_max_size=4 * config.max_action_chars + 65_536,
+        # with ACTION_TOO_LONG instead of a dropped connection; on /ws/batch, a batch of every
+        # env's longest action.
+        ws_max_size=config.max_sessions * (4 * config.max_action_chars + 256) + 65_536,
     )
 
 

@@ -1,0 +1,170 @@
+"""``WS /ws/batch`` of ``llmgym-serve``: many envs on one connection, one message per vector step.
+
+A ``/ws`` session answers one env step per message, and on a small machine a message costs more
+than a grid env's step (JSON, WebSocket framing and the ASGI stack: about half a millisecond
+against tens of microseconds). A batched connection holds ``num_envs`` envs and answers a list
+of requests in one message, so that cost is paid once per vector step instead of once per env
+step. This is what llmgym's vector env plays through (``backend=ServedEnvBackend(url)``, see
+:mod:`llmgym.vector.served_backend`); the wire format is in :mod:`llmgym.integrations.protocol`.
+
+Stepping: a batch's items run one after the other in the event loop (a grid env's step is far
+cheaper than a thread hop), and the loop is handed to the other connections between items once
+:data:`YIELD_AFTER_S` of work has gone by, so a large batch never holds the others up for long.
+Envs that step in a thread (``step_in_thread``: tools whose sandbox calls block) run the items
+of a batch concurrently on threads, as separate ``/ws`` sessions would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+from llmgym.integrations.protocol import BATCH_ITEM_KEYS, BATCH_ITEM_TYPES, error_message, json_safe
+from llmgym.integrations.serve import RequestError, ServeConfig, Session, answer, parse_message
+
+try:  # a faster codec for the large batched frames when it is installed; plain json otherwise
+    import orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    orjson = None
+
+#: Seconds of item work after which a batch hands the event loop to the other connections.
+YIELD_AFTER_S = 0.002
+
+
+def decode(raw: str | bytes) -> Any:
+    """JSON text to Python values (orjson when installed)."""
+    return orjson.loads(raw) if orjson is not None else json.loads(raw)
+
+
+def encode(message: Any) -> str:
+    """Python values to JSON text (orjson when installed; json for what orjson refuses, e.g. huge ints)."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(message).decode()
+        except TypeError:
+            pass
+    return json.dumps(message)
+
+
+class BatchSession:
+    """One ``/ws/batch`` connection: ``num_envs`` envs, each with a ``/ws`` session's rules."""
+
+    def __init__(self, config: ServeConfig, websocket: Any, num_envs: int) -> None:
+        self.config = config
+        self.websocket = websocket
+        self.session_id = uuid.uuid4().hex
+        self.num_envs = num_envs
+        self.slots: list[Session] = []
+        try:
+            for _ in range(num_envs):
+                self.slots.append(Session(config, None))
+        except BaseException:
+            self.close()
+            raise
+        self.concurrent = self.slots[0].in_thread
+        self.last_activity = time.monotonic()
+
+    async def handle(self, raw: str | bytes) -> tuple[str | None, bool]:
+        """The answer frame to one frame (None for ``close``), and whether the connection goes on."""
+        self.last_activity = time.monotonic()
+        try:
+            kind, data = parse_message(raw, decode)
+            if kind == "close":
+                return None, False
+            if kind == "state":
+                return encode(self.state()), True
+            if kind != "batch":
+                raise RequestError(
+                    "UNKNOWN_TYPE", f"Unknown message type {kind!r:.40}; /ws/batch expects batch, state or close."
+                )
+            items = _items(data)
+        except RequestError as error:
+            return encode(error_message(error.code, str(error))), True
+        answers = await (self._run_concurrently(items) if self.concurrent else self._run_in_order(items))
+        return encode({"type": "batch", "data": {"items": answers}}), True
+
+    async def _run_in_order(self, items: list[Any]) -> list[dict[str, Any]]:
+        answers = []
+        seen: set[int] = set()
+        since = time.perf_counter()
+        for item in items:
+            answers.append(await self._run_item(item, seen))
+            if time.perf_counter() - since > YIELD_AFTER_S:
+                await asyncio.sleep(0)  # let the other connections' frames in
+                since = time.perf_counter()
+        return answers
+
+    async def _run_concurrently(self, items: list[Any]) -> list[dict[str, Any]]:
+        seen: set[int] = set()  # filled as each coroutine starts, in order, before its first await
+        return list(await asyncio.gather(*(self._run_item(item, seen) for item in items)))
+
+    async def _run_item(self, item: Any, seen: set[int]) -> dict[str, Any]:
+        """One item's answer: the ``/ws`` answer to its request, with its ``index``."""
+        index = item.get("index") if isinstance(item, dict) else None
+        try:
+            slot, kind, data = self._check_item(item, seen)
+        except RequestError as error:
+            return {"index": json_safe(index), **error_message(error.code, str(error))}
+        return {"index": index, **await answer(slot, kind, data)}
+
+    def _check_item(self, item: Any, seen: set[int]) -> tuple[Session, str, dict[str, Any]]:
+        if not isinstance(item, dict):
+            raise RequestError("VALIDATION_ERROR", f"A batch item is an object, got {type(item).__name__}.")
+        unknown = sorted(set(item) - BATCH_ITEM_KEYS)
+        if unknown:
+            raise RequestError(
+                "VALIDATION_ERROR",
+                f"A batch item got unknown keys {unknown}; valid keys: {', '.join(sorted(BATCH_ITEM_KEYS))}.",
+            )
+        index, kind, data = item.get("index"), item.get("type"), item.get("data")
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.num_envs:
+            raise RequestError(
+                "UNKNOWN_INDEX",
+                f"A batch item's 'index' must be one of this connection's envs, 0..{self.num_envs - 1}; "
+                f"got {index!r:.40}.",
+            )
+        if index in seen:
+            raise RequestError(
+                "VALIDATION_ERROR", f"Env {index} appears twice in one batch; send its second request in the next."
+            )
+        seen.add(index)
+        if kind not in BATCH_ITEM_TYPES:
+            raise RequestError(
+                "UNKNOWN_TYPE", f"A batch item's type is one of {', '.join(BATCH_ITEM_TYPES)}; got {kind!r:.40}."
+            )
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise RequestError("VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}.")
+        return self.slots[index], kind, data
+
+    def state(self) -> dict[str, Any]:
+        """The connection's envs: the id, the options they were made with, and each env's ``/ws`` state."""
+        spec = self.slots[0].env.spec
+        return {
+            "type": "state",
+            "data": {
+                "env_id": self.config.env_id,
+                "env_kwargs": json_safe(spec.kwargs if spec is not None else self.config.options),
+                "num_envs": self.num_envs,
+                "max_action_chars": self.config.max_action_chars,
+                "envs": [slot.state()["data"] for slot in self.slots],
+            },
+        }
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.close()
+
+
+def _items(data: dict[str, Any]) -> list[Any]:
+    unknown = sorted(set(data) - {"items"})
+    if unknown:
+        raise RequestError("VALIDATION_ERROR", f"batch got unknown keys {unknown}; valid keys: items.")
+    items = data.get("items")
+    if not isinstance(items, list):
+        raise RequestError("VALIDATION_ERROR", f"batch's data needs 'items', a list; got {items!r:.80}.")
+    return items
