@@ -81,9 +81,19 @@ STATE_SCHEMA: dict[str, Any] = {
 }
 
 
+#: Exact types JSON carries unchanged (subclasses, such as an ``IntEnum``, take the general path).
+_PLAIN_TYPES = frozenset({str, bool, int, type(None)})
+
+
 def json_safe(value: Any) -> Any:
     """``value`` as plain JSON types: NumPy scalars and arrays, tuples, sets and dataclasses unwrapped,
     keys made strings, non-finite floats as ``None``, anything else as its ``repr``."""
+    # A step's info is usually a flat dict of plain values: copied at once, without the walk below.
+    if type(value) is dict and all(
+        type(key) is str and (type(item) in _PLAIN_TYPES or (type(item) is float and math.isfinite(item)))
+        for key, item in value.items()
+    ):
+        return dict(value)
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -117,10 +127,15 @@ def observation_message(
                 "truncated": bool(truncated),
                 "info": json_safe(info),
             },
-            "reward": None if reward is None else json_safe(float(reward)),
+            "reward": _finite_or_none(reward),
             "done": bool(terminated or truncated),
         },
     }
+
+
+def _finite_or_none(reward: float | None) -> float | None:
+    value = None if reward is None else float(reward)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def error_message(code: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -180,7 +180,7 @@ class ServedBackend:
                 target += f"&env_id={quote(expected[0], safe='/')}"
             try:
                 socket = await asyncio.wait_for(
-                    connect(target, max_size=None, close_timeout=_CLOSE_TIMEOUT, proxy=None), self._timeout
+                    connect(target, max_size=None, close_timeout=_CLOSE_TIMEOUT, proxy=None, compression=None), self._timeout
                 )
             except (OSError, TimeoutError) as error:
                 raise RemoteEnvError(
@@ -276,8 +276,11 @@ class ServedBackend:
                 "Pass levels and options as JSON values (str, numbers, lists, dicts)."
             ) from None
         workers = list(messages)
-        answered = await asyncio.gather(*(self._round_trip(worker, messages[worker], len(by_worker[worker]))
-                                          for worker in workers))
+        if len(workers) == 1:  # most calls: no tasks to gather
+            answered = [await self._round_trip(workers[0], messages[workers[0]], len(by_worker[workers[0]]))]
+        else:
+            answered = await asyncio.gather(*(self._round_trip(worker, messages[worker], len(by_worker[worker]))
+                                              for worker in workers))
         by_worker_answers = dict(zip(workers, answered))
         return [by_worker_answers[worker][position] for worker, position in order]
 
