@@ -368,9 +368,10 @@ DEFINITIONS = {
     "envs), over wall time with the resets between episodes included",
     "p50_overhead_ms": "(p50 batched vector-step latency - envs per vector step * in-process mean step time) "
     "/ envs per vector step: the wire's cost per env step, amortized over a vector step",
-    "batched_p50_vector_step_overhead_ms": "p50 batched vector-step latency - in-process time of the same env "
-    "steps: what a rollout waiting on a whole vector step waits beyond in-process",
-    "per_session_p50_overhead_ms": "p50 /ws step latency with num_sessions sessions - in-process mean step time",
+    "batched_p50_vector_step_overhead_ms": "p50 batched vector-step latency - in-process time of the same "
+    "env steps: what a rollout waiting on a whole vector step waits beyond in-process",
+    "per_session_p50_overhead_ms": "p50 /ws step latency with num_sessions sessions - in-process mean step "
+    "time",
     "p50_overhead_one_session_ms": "p50 /ws step latency of one session alone - in-process mean step time",
     "ratio_vs_openenv": "per-session llmgym-serve steps/s over OpenEnv create_app's, same client and frames",
 }
@@ -384,7 +385,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--episode-steps", type=int, default=20)
     parser.add_argument("--batch-connections", type=int, nargs="*", default=[2, 4],
                         help="more connection counts for the batched path (beside one connection)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "serve_throughput.json", help="JSON to write")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "serve_throughput.json",
+                        help="the JSON to write")
     parser.add_argument("--openenv-server", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args()
 

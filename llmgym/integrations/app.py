@@ -186,7 +186,9 @@ async def _serves_the_asked_id(websocket: WebSocket, config: ServeConfig) -> boo
     if not requested or requested == config.env_id:
         return True
     await websocket.send_text(
-        json.dumps(error_message("UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}."))
+        json.dumps(
+            error_message("UNKNOWN_ENV_ID", f"This server serves {config.env_id!r}, not {requested!r}.")
+        )
     )
     await _close_quietly(websocket, 1008, "unknown env id")
     return False

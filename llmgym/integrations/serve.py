@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    # Intermixed: options may follow flags, as in `llmgym-serve ID --port 8000 max_turns=30`.
+    args = build_parser().parse_intermixed_args(argv)
     try:
         import uvicorn
     except ImportError as missing:

@@ -83,7 +83,8 @@ class BatchSession:
                 return encode(self.state()), True
             if kind != "batch":
                 raise RequestError(
-                    "UNKNOWN_TYPE", f"Unknown message type {kind!r:.40}; /ws/batch expects batch, state or close."
+                    "UNKNOWN_TYPE",
+                    f"Unknown message type {kind!r:.40}; /ws/batch expects batch, state or close.",
                 )
             items = _items(data)
         except RequestError as error:
@@ -133,12 +134,14 @@ class BatchSession:
             )
         if index in seen:
             raise RequestError(
-                "VALIDATION_ERROR", f"Env {index} appears twice in one batch; send its second request in the next."
+                "VALIDATION_ERROR",
+                f"Env {index} appears twice in one batch; send its second request in the next.",
             )
         seen.add(index)
         if kind not in BATCH_ITEM_TYPES:
             raise RequestError(
-                "UNKNOWN_TYPE", f"A batch item's type is one of {', '.join(BATCH_ITEM_TYPES)}; got {kind!r:.40}."
+                "UNKNOWN_TYPE",
+                f"A batch item's type is one of {', '.join(BATCH_ITEM_TYPES)}; got {kind!r:.40}.",
             )
         if data is None:
             data = {}

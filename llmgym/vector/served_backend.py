@@ -81,13 +81,16 @@ class ServedEnvBackend:
         """Describe the spaces from one local probe env, then open the connections."""
         if step_timeout is not None:
             raise InvalidOptionError(
-                f"step_timeout does not apply to served sub-envs (got {step_timeout!r}): a server's env cannot "
-                "be stopped from the client. Bound each answer with ServedEnvBackend(url, timeout=...)."
+                f"step_timeout does not apply to served sub-envs (got {step_timeout!r}): a server's env "
+                "cannot be stopped from the client. Bound each answer with "
+                "ServedEnvBackend(url, timeout=...)."
             )
         if not self.timeout > 0:
             raise InvalidOptionError(f"ServedEnvBackend's timeout must be > 0 seconds, got {self.timeout!r}.")
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
-            raise InvalidOptionError(f"num_workers (connections) must be an int >= 1 or None, got {num_workers!r}.")
+            raise InvalidOptionError(
+                f"num_workers (connections) must be an int >= 1 or None, got {num_workers!r}."
+            )
         probe = env_fns[0]()
         try:
             describe(probe)
@@ -95,7 +98,8 @@ class ServedEnvBackend:
         finally:
             probe.close()
         expected = None if spec is None else (spec.id, json_safe(spec.kwargs))
-        return ServedBackend(self.url, len(env_fns), min(num_workers or 1, len(env_fns)), expected, self.timeout)
+        connections = min(num_workers or 1, len(env_fns))
+        return ServedBackend(self.url, len(env_fns), connections, expected, self.timeout)
 
 
 class ServedBackend:
@@ -172,19 +176,23 @@ class ServedBackend:
             from websockets.asyncio.client import connect
         except ImportError as missing:
             raise DependencyNotInstalled(
-                f"The served backend needs websockets ({missing}). Install it with: pip install 'llmgym[integrations]'"
+                f"The served backend needs websockets ({missing}). "
+                "Install it with: pip install 'llmgym[integrations]'"
             ) from missing
         for shard in self._shards:
             target = f"{self.url}?num_envs={len(shard)}"
             if expected is not None:
                 target += f"&env_id={quote(expected[0], safe='/')}"
             try:
-                socket = await asyncio.wait_for(
-                    connect(target, max_size=None, close_timeout=_CLOSE_TIMEOUT, proxy=None, compression=None), self._timeout
+                # No permessage-deflate: compressing each answer costs more than sending it on a LAN.
+                opening = connect(
+                    target, max_size=None, close_timeout=_CLOSE_TIMEOUT, proxy=None, compression=None
                 )
+                socket = await asyncio.wait_for(opening, self._timeout)
             except (OSError, TimeoutError) as error:
                 raise RemoteEnvError(
-                    f"Cannot connect to {self.url}: {error!r}. Is llmgym-serve running there?", code="CONNECTION_LOST"
+                    f"Cannot connect to {self.url}: {error!r}. Is llmgym-serve running there?",
+                    code="CONNECTION_LOST",
                 ) from error
             self._sockets.append(socket)
             self._check_server(await self._state(socket, shard), expected)
@@ -216,9 +224,9 @@ class ServedBackend:
         env_id, kwargs = expected
         if (state["env_id"], state["env_kwargs"]) != (env_id, kwargs):
             raise InvalidOptionError(
-                f"{self.url} serves {state['env_id']} with options {state['env_kwargs']}, but this vector env "
-                f"asked for {env_id} with {kwargs}. Serve the same (llmgym-serve {env_id} key=value ...) or "
-                "make the vector env with the server's options."
+                f"{self.url} serves {state['env_id']} with options {state['env_kwargs']}, but this vector "
+                f"env asked for {env_id} with {kwargs}. Serve the same (llmgym-serve {env_id} key=value "
+                "...) or make the vector env with the server's options."
             )
 
     async def _close_sockets(self) -> None:
@@ -279,8 +287,9 @@ class ServedBackend:
         if len(workers) == 1:  # most calls: no tasks to gather
             answered = [await self._round_trip(workers[0], messages[workers[0]], len(by_worker[workers[0]]))]
         else:
-            answered = await asyncio.gather(*(self._round_trip(worker, messages[worker], len(by_worker[worker]))
-                                              for worker in workers))
+            answered = await asyncio.gather(
+                *(self._round_trip(worker, messages[worker], len(by_worker[worker])) for worker in workers)
+            )
         by_worker_answers = dict(zip(workers, answered))
         return [by_worker_answers[worker][position] for worker, position in order]
 
