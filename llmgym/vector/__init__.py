@@ -24,6 +24,10 @@ Backends, one API (``backend=``):
 * ``"ray"``: ``num_workers`` Ray actors spread over a cluster's nodes, each owning a shard of
   the sub-envs (see :mod:`llmgym.vector.ray_backend`; ``RayEnvBackend(restart=True, ...)``
   in place of the name sets its options). Needs ``pip install ray``.
+* ``ServedEnvBackend(url)`` (an object, as it needs the server's address): the sub-envs live on
+  an ``llmgym-serve`` server, held by ``/ws/batch`` connections (``num_workers`` of them, default
+  one); every vector call is one message and one answer (see
+  :mod:`llmgym.vector.served_backend`). Needs the ``integrations`` extra.
 * ``"jax"``: FrozenLake and Sokoban ids only (the ``jax`` extra): every sub-env's game
   stepped in one compiled JAX call, text parsed and rendered around it, results equal to the
   other backends' step for step (see :mod:`llmgym.vector.jax_backend`).
