@@ -178,6 +178,14 @@ async def _play_batch(websocket: WebSocket, config: ServeConfig, pool: SessionPo
         )
         await _refuse(websocket, message, config, pool)
         return
+    try:
+        await batch.build()
+    except Exception as error:  # the id was made at start; say why it cannot be now, and free the rest
+        pool.release(batch)
+        failure = error_message("EXECUTION_ERROR", f"Making the envs failed: {type(error).__name__}: {error}")
+        await websocket.send_text(json.dumps(failure))
+        await _close_quietly(websocket, 1011, "env construction failed")
+        return
     await _serve_frames(websocket, pool, batch, batch.handle)
 
 

@@ -63,12 +63,18 @@ class BatchSession:
         self.session_id = uuid.uuid4().hex
         self.num_envs = num_envs
         self.slots: list[Session] = []
-        try:
-            for _ in range(num_envs):
-                self.slots.append(Session(config, None))
-        except BaseException:
-            self.close()
-            raise
+        self.concurrent = False
+        self.closed = False
+        self.last_activity = time.monotonic()
+
+    async def build(self) -> None:
+        """Make the envs, handing the event loop over between them (a tool env takes tens of
+        milliseconds to make, and a connection may ask for hundreds)."""
+        for _ in range(self.num_envs):
+            if self.closed:  # released meanwhile (the server is shutting down)
+                return
+            self.slots.append(Session(self.config, None))
+            await asyncio.sleep(0)
         self.concurrent = self.slots[0].in_thread
         self.last_activity = time.monotonic()
 
@@ -90,6 +96,7 @@ class BatchSession:
         except RequestError as error:
             return encode(error_message(error.code, str(error))), True
         answers = await (self._run_concurrently(items) if self.concurrent else self._run_in_order(items))
+        self.last_activity = time.monotonic()  # a long batch is activity too, not idleness
         return encode({"type": "batch", "data": {"items": answers}}), True
 
     async def _run_in_order(self, items: list[Any]) -> list[dict[str, Any]]:
@@ -164,6 +171,7 @@ class BatchSession:
         }
 
     def close(self) -> None:
+        self.closed = True
         for slot in self.slots:
             slot.close()
 
