@@ -136,6 +136,8 @@ class ServedBackend:
         return self._wait(self._run(ops), None)
 
     async def arun(self, ops: Sequence[Op]) -> list[Any]:
+        if self._loop is None:
+            raise RemoteEnvError(f"The connections to {self.url} are closed.", code="CONNECTION_LOST")
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._run(ops), self._loop))
 
     def close(self) -> None:
