@@ -30,28 +30,23 @@ from typing import Any
 from llmgym.integrations.protocol import BATCH_ITEM_KEYS, BATCH_ITEM_TYPES, error_message, json_safe
 from llmgym.integrations.serve import RequestError, ServeConfig, Session, answer, parse_message
 
-try:  # a faster codec for the large batched frames when it is installed; plain json otherwise
-    import orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    orjson = None
+import orjson
 
 #: Seconds of item work after which a batch hands the event loop to the other connections.
 YIELD_AFTER_S = 0.0005
 
 
 def decode(raw: str | bytes) -> Any:
-    """JSON text to Python values (orjson when installed)."""
-    return orjson.loads(raw) if orjson is not None else json.loads(raw)
+    """JSON text to Python values (orjson: a batched frame holds up to ``num_envs`` answers)."""
+    return orjson.loads(raw)
 
 
 def encode(message: Any) -> str:
-    """Python values to JSON text (orjson when installed; json for what orjson refuses, e.g. huge ints)."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(message).decode()
-        except TypeError:
-            pass
-    return json.dumps(message)
+    """Python values to JSON text (orjson; json for what orjson refuses: integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(message).decode()
+    except TypeError:
+        return json.dumps(message)
 
 
 class BatchSession:
