@@ -27,6 +27,7 @@ from llmgym.vector import TextVectorEnv, make_vector_env  # noqa: E402
 from llmgym.vector.ray_backend import RayEnvBackend  # noqa: E402
 from llmgym.vector.vector_env import EnvFactory  # noqa: E402
 from llmgym_train.config import DistributedConfig  # noqa: E402
+from test_vector import assert_same, play_with_masks  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -57,43 +58,6 @@ def cluster() -> Iterator[Cluster]:
     started.shutdown()
 
 
-def _rollout(venv: TextVectorEnv, rounds: int, use_async: bool) -> list[Any]:
-    """Grouped reset, then steps with partial masks and masked resets; every result, in order."""
-    import asyncio
-
-    actions = ["<answer>Right</answer>", "<answer>Down</answer>", "nonsense", "<answer>Left</answer>"]
-    rng = np.random.default_rng(0)
-    record: list[Any] = []
-
-    async def play() -> None:
-        record.append(await venv.areset(seed=11, options={"group_size": 2}) if use_async else
-                      venv.reset(seed=11, options={"group_size": 2}))
-        for _ in range(rounds):
-            batch = [actions[i] for i in rng.integers(0, len(actions), venv.num_envs)]
-            mask = ~venv.needs_reset & (rng.random(venv.num_envs) < 0.75)
-            record.append(await venv.astep(batch, mask=mask) if use_async else venv.step(batch, mask=mask))
-            if venv.needs_reset.any():
-                record.append(venv.reset(seed=int(rng.integers(100)), mask=venv.needs_reset.copy()))
-
-    asyncio.run(play())
-    return record
-
-
-def _assert_same(left: Any, right: Any) -> None:
-    if isinstance(left, np.ndarray):
-        np.testing.assert_array_equal(left, right)
-    elif isinstance(left, dict):
-        assert left.keys() == right.keys()
-        for key in left:
-            _assert_same(left[key], right[key])
-    elif isinstance(left, (tuple, list)):
-        assert len(left) == len(right)
-        for a, b in zip(left, right):
-            _assert_same(a, b)
-    else:
-        assert left == right
-
-
 @pytest.mark.parametrize(
     ("env_id", "autoreset_mode"),
     [
@@ -116,7 +80,7 @@ def test_actors_spread_over_both_nodes_and_match_the_inline_backend(
         assert nodes == {node["NodeID"] for node in ray.nodes() if node["Alive"]}
         assert len(nodes) == 2
         for use_async in (False, True):
-            _assert_same(_rollout(remote, 12, use_async), _rollout(local, 12, use_async))
+            assert_same(play_with_masks(remote, 12, use_async), play_with_masks(local, 12, use_async))
     finally:
         local.close()
         remote.close()
@@ -130,7 +94,7 @@ def test_backend_named_ray_in_make_vec_builds_ray_env_backend_with_its_defaults(
     try:
         assert isinstance(remote, TextVectorEnv) and remote.backend_name == "ray"
         assert len(remote._backend.actors) == 2 and remote.spec.kwargs["backend"] == "ray"
-        _assert_same(_rollout(remote, 6, use_async=False), _rollout(local, 6, use_async=False))
+        assert_same(play_with_masks(remote, 6, use_async=False), play_with_masks(local, 6, use_async=False))
     finally:
         local.close()
         remote.close()
@@ -169,10 +133,10 @@ def test_restart_replaces_a_killed_actor_and_resets_its_sub_envs_from_their_seed
         assert first_after == first_pid and second_after != second_pid
         # The surviving shard kept its state; the restarted one plays again once reset.
         local.step(["<answer>Right</answer>"] * 2 + [None] * 2, mask=np.array([True, True, False, False]))
-        _assert_same(venv.reset(seed=[None, None, 42, 43], mask=venv.needs_reset.copy()),
+        assert_same(venv.reset(seed=[None, None, 42, 43], mask=venv.needs_reset.copy()),
                      local.reset(seed=[None, None, 42, 43], mask=np.array([False, False, True, True])))
         moves = ["<answer>Down</answer>"] * 4
-        _assert_same(venv.step(moves), local.step(moves))
+        assert_same(venv.step(moves), local.step(moves))
     finally:
         venv.close()
         local.close()

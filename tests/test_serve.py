@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,8 @@ class Server:
         return self.get("/health")
 
     def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)  # a test may have left it stopped
         self.process.terminate()
         try:
             self.process.wait(timeout=20)

@@ -7,7 +7,6 @@ shows as an error, never as a hung test.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -37,23 +36,10 @@ pytest.importorskip("uvicorn")
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
 from test_serve import TRANSCRIPT_IDS, Server, in_process_transcript, scripted_actions  # noqa: E402
+from test_serve import serve  # noqa: E402,F401 - the fixture
+from test_vector import NUM_ENVS, assert_same, play_with_masks, script_with_resets  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture()
-def serve() -> Iterator[Any]:
-    servers: list[Server] = []
-
-    def start(env_id: str, *args: str) -> Server:
-        servers.append(Server(env_id, *args))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        if server.process.poll() is None:
-            os.kill(server.process.pid, signal.SIGCONT)  # a test may leave it stopped
-        server.stop()
 
 
 def batch_ws(server: Server, num_envs: int, query: str = "") -> str:
@@ -241,41 +227,6 @@ def test_capacity_counts_every_env_and_refuses_what_does_not_fit(serve: Any) -> 
 
 
 # ---------------------------------------------------------------------- the vector env's served backend
-def _rollout(venv: TextVectorEnv, rounds: int, use_async: bool) -> list[Any]:
-    """Grouped reset, then steps with partial masks and masked resets; every result, in order."""
-    actions = ["<answer>Right</answer>", "<answer>Down</answer>", "nonsense", "<answer>Left</answer>"]
-    rng = np.random.default_rng(0)
-    record: list[Any] = []
-
-    async def play() -> None:
-        record.append(await venv.areset(seed=11, options={"group_size": 2}) if use_async else
-                      venv.reset(seed=11, options={"group_size": 2}))
-        for _ in range(rounds):
-            batch = [actions[i] for i in rng.integers(0, len(actions), venv.num_envs)]
-            mask = ~venv.needs_reset & (rng.random(venv.num_envs) < 0.75)
-            record.append(await venv.astep(batch, mask=mask) if use_async else venv.step(batch, mask=mask))
-            if venv.needs_reset.any():
-                record.append(venv.reset(seed=int(rng.integers(100)), mask=venv.needs_reset.copy()))
-
-    asyncio.run(play())
-    return record
-
-
-def _assert_same(left: Any, right: Any) -> None:
-    if isinstance(left, np.ndarray):
-        np.testing.assert_array_equal(left, right)
-    elif isinstance(left, dict):
-        assert left.keys() == right.keys()
-        for key in left:
-            _assert_same(left[key], right[key])
-    elif isinstance(left, (tuple, list)):
-        assert len(left) == len(right)
-        for a, b in zip(left, right):
-            _assert_same(a, b)
-    else:
-        assert left == right
-
-
 @pytest.mark.parametrize(
     ("env_id", "autoreset_mode", "connections"),
     [
@@ -297,7 +248,7 @@ def test_served_backend_matches_the_inline_backend(
         health = server.health()
         assert health["active_sessions"] == 8 and health["active_connections"] == connections
         for use_async in (False, True):
-            _assert_same(_rollout(remote, 12, use_async), _rollout(local, 12, use_async))
+            assert_same(play_with_masks(remote, 12, use_async), play_with_masks(local, 12, use_async))
     finally:
         local.close()
         remote.close()
@@ -306,25 +257,14 @@ def test_served_backend_matches_the_inline_backend(
 
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP])
 def test_served_autoreset_modes_match_gymnasium_sync_vector_env(serve: Any, mode: AutoresetMode) -> None:
-    env_id, num_envs = "llmgym/FrozenLake-v0", 3
+    env_id = "llmgym/FrozenLake-v0"
     server = serve(env_id)
-    actions = ["<answer>Down</answer>", "<answer>Right</answer>", "no answer", "<answer>Up</answer>"]
-
-    def script(venv: gym.vector.VectorEnv) -> list[Any]:
-        outputs: list[Any] = [venv.reset(seed=11)]
-        for step in range(9):
-            result = venv.step([actions[(step + 2 * index) % len(actions)] for index in range(num_envs)])
-            outputs.append(result)
-            ended = result[2] | result[3]
-            if mode == AutoresetMode.DISABLED and ended.any():
-                outputs.append(venv.reset(options={"reset_mask": ended}))
-        venv.close()
-        return outputs
-
-    expected = script(SyncVectorEnv([lambda: gym.make(env_id)] * num_envs, autoreset_mode=mode))
-    got = script(gym.make_vec(env_id, num_envs, backend=ServedEnvBackend(server.url), autoreset_mode=mode))
+    local = SyncVectorEnv([lambda: gym.make(env_id)] * NUM_ENVS, autoreset_mode=mode)
+    expected = script_with_resets(local, env_id, mode)
+    venv = gym.make_vec(env_id, NUM_ENVS, backend=ServedEnvBackend(server.url), autoreset_mode=mode)
+    got = script_with_resets(venv, env_id, mode)
     assert any(output[2].any() for output in expected[1:])  # episodes ended: autoreset was exercised
-    _assert_same(got, expected)
+    assert_same(got, expected)
 
 
 def test_served_backend_names_the_sub_env_when_the_server_errs_stalls_or_vanishes(serve: Any) -> None:

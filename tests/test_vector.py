@@ -294,7 +294,43 @@ def test_make_vec_defaults_to_llmgym_vector_env() -> None:
         venv.close()
 
 
-def _script_with_resets(venv: gym.vector.VectorEnv, env_id: str, mode: AutoresetMode) -> list[Any]:
+def play_with_masks(venv: TextVectorEnv, rounds: int, use_async: bool) -> list[Any]:
+    """Grouped reset, then steps with partial masks and masked resets; every result, in order."""
+    actions = ["<answer>Right</answer>", "<answer>Down</answer>", "nonsense", "<answer>Left</answer>"]
+    rng = np.random.default_rng(0)
+    record: list[Any] = []
+
+    async def play() -> None:
+        record.append(await venv.areset(seed=11, options={"group_size": 2}) if use_async else
+                      venv.reset(seed=11, options={"group_size": 2}))
+        for _ in range(rounds):
+            batch = [actions[i] for i in rng.integers(0, len(actions), venv.num_envs)]
+            mask = ~venv.needs_reset & (rng.random(venv.num_envs) < 0.75)
+            record.append(await venv.astep(batch, mask=mask) if use_async else venv.step(batch, mask=mask))
+            if venv.needs_reset.any():
+                record.append(venv.reset(seed=int(rng.integers(100)), mask=venv.needs_reset.copy()))
+
+    asyncio.run(play())
+    return record
+
+
+def assert_same(left: Any, right: Any) -> None:
+    """Equal results, arrays element by element (object arrays, lists and dicts alike)."""
+    if isinstance(left, np.ndarray):
+        np.testing.assert_array_equal(left, right)
+    elif isinstance(left, dict):
+        assert left.keys() == right.keys()
+        for key in left:
+            assert_same(left[key], right[key])
+    elif isinstance(left, (tuple, list)):
+        assert len(left) == len(right)
+        for a, b in zip(left, right):
+            assert_same(a, b)
+    else:
+        assert left == right
+
+
+def script_with_resets(venv: gym.vector.VectorEnv, env_id: str, mode: AutoresetMode) -> list[Any]:
     """Run the script; under DISABLED, reset the ended sub-envs Gymnasium's way after each step."""
     outputs: list[Any] = [venv.reset(seed=SEED)]
     for step in range(NUM_STEPS):
@@ -332,12 +368,12 @@ def assert_batches_equal(got: Any, expected: Any) -> None:
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP])
 def test_autoreset_modes_match_gymnasium_sync_vector_env(mode: AutoresetMode, backend: str) -> None:
     env_id = "llmgym/FrozenLake-v0"
-    expected = _script_with_resets(
+    expected = script_with_resets(
         SyncVectorEnv([lambda: gym.make(env_id)] * NUM_ENVS, autoreset_mode=mode), env_id, mode
     )
     options = {"num_workers": 2} if backend != "inline" else {}
     venv = make_vector_env(env_id, NUM_ENVS, backend=backend, autoreset_mode=mode, **options)
-    got = _script_with_resets(venv, env_id, mode)
+    got = script_with_resets(venv, env_id, mode)
     assert len(got) == len(expected)
     for got_output, expected_output in zip(got, expected):
         assert_batches_equal(got_output, expected_output)
