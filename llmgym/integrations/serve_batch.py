@@ -27,10 +27,17 @@ import time
 import uuid
 from typing import Any
 
+from llmgym.error import DependencyNotInstalled
 from llmgym.integrations.protocol import BATCH_ITEM_KEYS, BATCH_ITEM_TYPES, error_message, json_safe
 from llmgym.integrations.serve import RequestError, ServeConfig, Session, answer, parse_message
 
-import orjson
+try:
+    import orjson
+except ImportError as missing:  # the integrations extra holds it
+    raise DependencyNotInstalled(
+        f"Batched serving (/ws/batch, the served backend) needs orjson ({missing}). "
+        "Install it with: pip install 'llmgym[integrations]'"
+    ) from missing
 
 #: Seconds of item work after which a batch hands the event loop to the other connections.
 YIELD_AFTER_S = 0.0005
