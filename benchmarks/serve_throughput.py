@@ -250,20 +250,34 @@ def play_vector(venv: TextVectorEnv, seconds: float, episode_steps: int) -> dict
 
 def play_vectors(venvs: list[TextVectorEnv], seconds: float, episode_steps: int) -> dict[str, Any]:
     """:func:`play_vector` on each vector env at once (``areset`` / ``astep`` in one event loop),
-    so one's messages travel while the server works on another's; figures over all of them."""
+    so one's messages travel while the server works on another's; figures over all of them. One
+    vector env plays with plain ``reset`` / ``step``."""
     latencies: list[float] = []
     counted = [0]
+    pipelined = len(venvs) > 1
+
+    async def reset(venv: TextVectorEnv, seeds: list[int]) -> None:
+        if pipelined:
+            await venv.areset(seed=seeds)
+        else:
+            venv.reset(seed=seeds)
+
+    async def step(venv: TextVectorEnv, actions: list[str], mask: Any) -> None:
+        if pipelined:
+            await venv.astep(actions, mask=mask)
+        else:
+            venv.step(actions, mask=mask)
 
     async def play(venv: TextVectorEnv, first_seed: int, deadline: float) -> None:
         num_envs, episode = venv.num_envs, 0
         while time.perf_counter() < deadline:
-            await venv.areset(seed=[first_seed + index * 100_000 + episode for index in range(num_envs)])
+            await reset(venv, [first_seed + index * 100_000 + episode for index in range(num_envs)])
             for turn in range(episode_steps):
                 mask = ~venv.needs_reset
                 if not mask.any():
                     break
                 sent = time.perf_counter()
-                await venv.astep([MOVES[turn % 4]] * num_envs, mask=mask)
+                await step(venv, [MOVES[turn % 4]] * num_envs, mask)
                 latencies.append(time.perf_counter() - sent)
                 counted[0] += int(mask.sum())
             episode += 1
