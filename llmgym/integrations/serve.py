@@ -119,7 +119,7 @@ class Session:
         return function(*args, **kwargs)
 
     async def reset(self, data: dict[str, Any]) -> dict[str, Any]:
-        _check_keys("reset", data, RESET_KEYS)
+        check_keys("reset", data, RESET_KEYS)
         seed, options = data.get("seed"), data.get("options")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise RequestError(
@@ -145,7 +145,7 @@ class Session:
         return observation_message(observation, None, False, False, info)
 
     async def step(self, data: dict[str, Any]) -> dict[str, Any]:
-        _check_keys("step", data, STEP_KEYS)
+        check_keys("step", data, STEP_KEYS)
         text = data.get("text")
         if not isinstance(text, str):
             raise RequestError("VALIDATION_ERROR", f"step's data needs 'text', a string; got {text!r:.80}.")
@@ -196,14 +196,23 @@ class Session:
             self.env.close()
 
 
-def _check_keys(kind: str, data: dict[str, Any], valid: frozenset[str]) -> None:
+def check_keys(kind: str, data: dict[str, Any], valid: frozenset[str]) -> None:
+    """Refuse keys of ``data`` outside ``valid`` (``kind`` names what they came in)."""
     if data.keys() <= valid:
         return
     unknown = sorted(set(data) - valid)
-    if unknown:
-        raise RequestError(
-            "VALIDATION_ERROR", f"{kind} got unknown keys {unknown}; valid keys: {', '.join(sorted(valid))}."
-        )
+    raise RequestError(
+        "VALIDATION_ERROR", f"{kind} got unknown keys {unknown}; valid keys: {', '.join(sorted(valid))}."
+    )
+
+
+def request_data(data: Any) -> dict[str, Any]:
+    """A request's ``data``: an object (missing or null: empty); anything else raises :class:`RequestError`."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise RequestError("VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}.")
+    return data
 
 
 def parse_message(raw: str | bytes, loads: Callable[[str | bytes], Any]) -> tuple[str, dict[str, Any]]:
@@ -214,12 +223,7 @@ def parse_message(raw: str | bytes, loads: Callable[[str | bytes], Any]) -> tupl
         raise RequestError("INVALID_JSON", f"Invalid JSON: {error}") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise RequestError("VALIDATION_ERROR", "A message is an object with a string 'type'.")
-    data = message.get("data", {})
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise RequestError("VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}.")
-    return message["type"], data
+    return message["type"], request_data(message.get("data"))
 
 
 async def answer(session: Session, kind: str, data: dict[str, Any]) -> dict[str, Any]:

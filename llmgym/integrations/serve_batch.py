@@ -29,7 +29,15 @@ from typing import Any
 
 from llmgym.error import DependencyNotInstalled
 from llmgym.integrations.protocol import BATCH_ITEM_KEYS, BATCH_ITEM_TYPES, error_message, json_safe
-from llmgym.integrations.serve import RequestError, ServeConfig, Session, answer, parse_message
+from llmgym.integrations.serve import (
+    RequestError,
+    ServeConfig,
+    Session,
+    answer,
+    check_keys,
+    parse_message,
+    request_data,
+)
 
 try:
     import orjson
@@ -128,13 +136,8 @@ class BatchSession:
     def _check_item(self, item: Any, seen: set[int]) -> tuple[Session, str, dict[str, Any]]:
         if not isinstance(item, dict):
             raise RequestError("VALIDATION_ERROR", f"A batch item is an object, got {type(item).__name__}.")
-        unknown = [] if item.keys() <= BATCH_ITEM_KEYS else sorted(set(item) - BATCH_ITEM_KEYS)
-        if unknown:
-            raise RequestError(
-                "VALIDATION_ERROR",
-                f"A batch item got unknown keys {unknown}; valid keys: {', '.join(sorted(BATCH_ITEM_KEYS))}.",
-            )
-        index, kind, data = item.get("index"), item.get("type"), item.get("data")
+        check_keys("A batch item", item, BATCH_ITEM_KEYS)
+        index, kind = item.get("index"), item.get("type")
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.num_envs:
             raise RequestError(
                 "UNKNOWN_INDEX",
@@ -152,11 +155,7 @@ class BatchSession:
                 "UNKNOWN_TYPE",
                 f"A batch item's type is one of {', '.join(BATCH_ITEM_TYPES)}; got {kind!r:.40}.",
             )
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise RequestError("VALIDATION_ERROR", f"'data' must be an object, got {type(data).__name__}.")
-        return self.slots[index], kind, data
+        return self.slots[index], kind, request_data(item.get("data"))
 
     def state(self) -> dict[str, Any]:
         """The connection's envs: the id, the options they were made with, and each env's ``/ws`` state."""
@@ -179,9 +178,7 @@ class BatchSession:
 
 
 def _items(data: dict[str, Any]) -> list[Any]:
-    unknown = sorted(set(data) - {"items"})
-    if unknown:
-        raise RequestError("VALIDATION_ERROR", f"batch got unknown keys {unknown}; valid keys: items.")
+    check_keys("batch", data, frozenset({"items"}))
     items = data.get("items")
     if not isinstance(items, list):
         raise RequestError("VALIDATION_ERROR", f"batch's data needs 'items', a list; got {items!r:.80}.")
