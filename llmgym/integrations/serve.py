@@ -207,7 +207,7 @@ def check_keys(kind: str, data: dict[str, Any], valid: frozenset[str]) -> None:
 
 
 def request_data(data: Any) -> dict[str, Any]:
-    """A request's ``data``: an object (missing or null: empty); anything else raises :class:`RequestError`."""
+    """A request's ``data`` as an object (missing or null: empty); otherwise a :class:`RequestError`."""
     if data is None:
         return {}
     if not isinstance(data, dict):
