@@ -84,7 +84,7 @@ settings. Why the recipes that learnt are as they are:
 * ``math-easy-grpo``, ``tool-calculator-grpo``, ``sokoban-v1-grpo``: the env's own rewards, no
   teacher (their files say why each setting). ``math-easy-grpo``: three seeds in
   ``learning_curve_Math-Easy-v0.json``. ``tool-calculator-grpo`` constrains every reply to a tool
-  call or an answer (``rollout.constrain=tool_calls``, the evaluation's too) and the second and
+  call or an answer (``rollout.constrain=tool_calls``, the evaluation's too) and the third and
   last turn to an answer; ``learning_curve_ToolUse-Calculator-v0.json``. ``sokoban-v1-grpo``: not
   yet measured in a long run.
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
