@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the training seed of this run")
     parser.add_argument("--minutes", type=float, default=50.0, help="wall-clock budget of training")
     parser.add_argument("--preset", choices=sorted(PRESETS), help="recipe (default: the env family's)")
-    parser.add_argument("--output", help="run folder (default runs/learning_curve/<Name>/seed<N>)")
+    parser.add_argument("--output", help="run folder (default runs/learning_curve/<Name>[_<preset>]/seed<N>)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and PNGs go")
     parser.add_argument("--baselines-only", action="store_true", help="compute and write the baselines only")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="llmgym_train config overrides")
@@ -426,7 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     from llmgym_train.config import load_config
 
     preset_name, preset = preset_for(args.env, args.preset)
-    output = args.output or f"runs/learning_curve/{env_name(args.env)}/seed{args.seed}"
+    name = result_name(args.env, preset_name)
+    # One folder per env and recipe: two recipes' checkpoints of one seed are two leaderboard agents.
+    output = args.output or f"runs/learning_curve/{name.removeprefix('learning_curve_')}/seed{args.seed}"
     config = load_config(overrides=[
         *config_overrides(args.env, preset, args.seed, args.minutes, output), *args.overrides,
     ])
@@ -434,7 +436,6 @@ def main(argv: list[str] | None = None) -> None:
     eval_options = dict(spec.options)
     records = eval_records(args.env, config.eval.levels)
     results_dir = args.results_dir.resolve()
-    name = result_name(args.env, preset_name)
     path = results_dir / f"{name}.json"
     stored = load_document(path)
     check_compatible(stored, args.env, level_summary(args.env, records), eval_options)
