@@ -318,18 +318,21 @@ def info_keys(env_id: str) -> str:
 
 # ---------------------------------------------------------------------- README
 def headline_rows(document: dict[str, Any], earlier: dict[str, Any] | None = None) -> list[list[str]]:
-    """Per id and eval-set version with a trained row: the best trained checkpoint, the base model,
-    classic RL, random, optimal, each from rows of that version only.
+    """Per id, eval-set version and teacher of a trained row: the best trained checkpoint, the base
+    model, classic RL, random, optimal, each from rows of that version only. Checkpoints that learnt
+    from the env's rewards and those a teacher shaped are separate lines, side by side.
 
     ``earlier`` holds rows kept from before the train/test split (:data:`BEFORE_SPLIT`); its agents
     may share names with newer ones, so it is read apart rather than merged.
     """
     rows = [*document.get("results", []), *(earlier or {}).get("results", [])]
-    groups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    groups: dict[tuple[str, int], dict[Any, dict[str, Any]]] = {}
     for row in ordered_rows({"results": rows}):  # families, then ids, in the report's order
         # Rows from before eval-set version 2 (and its train/test split) record no version.
         kinds = groups.setdefault((row["env_id"], row.get("eval_set_version", 1)), {})
-        kind = agent_kind(row["agent"])
+        kind: Any = agent_kind(row["agent"])
+        if kind == "trained":
+            kind = ("trained", (row.get("agent_settings") or {}).get("teacher", "not recorded"))
         best = kinds.get(kind)
         if best is None or row["summary"]["success_rate"] > best["summary"]["success_rate"]:
             kinds[kind] = row
@@ -338,22 +341,26 @@ def headline_rows(document: dict[str, Any], earlier: dict[str, Any] | None = Non
     newest_first = sorted(groups, key=lambda group: (env_order.index(group[0]), -group[1]))
     for env_id, version in newest_first:
         kinds = groups[env_id, version]
-        if "trained" not in kinds:
-            continue
-        cells = [f"`{env_id.removeprefix('llmgym/')}`"]
-        for kind in ("trained", "base model", "classic RL", "random", "optimal"):
-            row = kinds.get(kind)
-            cells.append("-" if row is None else f"{100 * row['summary']['success_rate']:.1f}%")
-        cells.append(str(kinds["trained"]["levels"]))
-        cells.append(f"v{version}")
-        trained = kinds["trained"]
-        trained_on = trained.get("eval_levels_trained_on")
-        cells.append("not recorded (before the split)" if trained_on is None else str(trained_on))
-        settings = trained.get("agent_settings") or {}
-        teacher = settings.get("teacher", "not recorded")
-        cells.append("the env's rewards" if teacher is None else teacher)
-        lines.append(cells)
+        trained_kinds = [kind for kind in kinds if isinstance(kind, tuple)]
+        for kind in sorted(trained_kinds, key=lambda kind: kind[1] is not None):  # the env's rewards first
+            lines.append(headline_line(env_id, version, kinds[kind], kinds))
     return lines
+
+
+def headline_line(
+    env_id: str, version: int, trained: dict[str, Any], kinds: dict[Any, dict[str, Any]]
+) -> list[str]:
+    """One headline line: ``trained``'s row beside the id's other agents of the same eval-set version."""
+    cells = [f"`{env_id.removeprefix('llmgym/')}`"]
+    for row in (trained, *(kinds.get(kind) for kind in ("base model", "classic RL", "random", "optimal"))):
+        cells.append("-" if row is None else f"{100 * row['summary']['success_rate']:.1f}%")
+    cells.append(str(trained["levels"]))
+    cells.append(f"v{version}")
+    trained_on = trained.get("eval_levels_trained_on")
+    cells.append("not recorded (before the split)" if trained_on is None else str(trained_on))
+    teacher = (trained.get("agent_settings") or {}).get("teacher", "not recorded")
+    cells.append("the env's rewards" if teacher is None else teacher)
+    return cells
 
 
 HEADLINE_HEADER = [

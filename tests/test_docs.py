@@ -79,16 +79,20 @@ def test_headline_shows_each_eval_set_version_apart_with_its_own_baselines():
         return {"agent": agent, "env_id": "llmgym/FrozenLake-v1", "levels": 200,
                 "summary": {"success_rate": rate}, **extra}
 
-    current = {"results": [{**row("checkpoint:runs/a", 0.7, 2, 0), "agent_settings": {"teacher": None}},
+    # A better checkpoint a teacher shaped gets its own line: it does not hide the env-reward one.
+    current = {"results": [{**row("checkpoint:runs/t", 0.8, 2, 0), "agent_settings": {"teacher": "solver"}},
+                           {**row("checkpoint:runs/a", 0.7, 2, 0), "agent_settings": {"teacher": None}},
+                           {**row("checkpoint:runs/b", 0.6, 2, 0), "agent_settings": {"teacher": None}},
                            row("random", 0.05, 2, 0),
                            row("random", 0.06, None)]}
     earlier = {"results": [row("checkpoint:runs/a", 0.9, None), row("base:runs/a", 0.0, None)]}
     lines = gen.headline_rows(current, earlier)
     assert [line[:7] for line in lines] == [
         ["`FrozenLake-v1`", "70.0%", "-", "-", "5.0%", "-", "200"],
+        ["`FrozenLake-v1`", "80.0%", "-", "-", "5.0%", "-", "200"],
         ["`FrozenLake-v1`", "90.0%", "0.0%", "-", "6.0%", "-", "200"],
     ]
-    assert [line[7:] for line in lines] == [["v2", "0", "the env's rewards"],
+    assert [line[7:] for line in lines] == [["v2", "0", "the env's rewards"], ["v2", "0", "solver"],
                                             ["v1", "not recorded (before the split)", "not recorded"]]
 
 
