@@ -26,6 +26,9 @@ last evaluation's episodes that ran it without error),
 :mod:`benchmarks.baselines`) on the same levels under the same eval options. The run's curve
 PNG is copied next to the JSON as ``learning_curve_<Name>_seed<N>.png``. Paths in the JSON are
 relative to the repository. ``--baselines-only`` writes the baselines and trains nothing.
+``--leaderboard DIR`` then plays the run's checkpoint on the whole eval set and merges its row
+(and the base model's, when ``DIR`` has none for the id) into ``DIR/leaderboard.json``: run
+folders are not kept with the results, so the row is made while the checkpoint is there.
 
 Presets are the recipes that ship with ``llmgym_train`` (``llmgym_train/recipes/*.yaml``,
 ``llmgym-train --list-recipes``, ``docs/guides/recipes.md``), by name in :data:`PRESETS`; ``--env``
@@ -99,6 +102,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -421,6 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", help="run folder (default runs/learning_curve/<Name>[_<preset>]/seed<N>)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and PNGs go")
     parser.add_argument("--baselines-only", action="store_true", help="compute and write the baselines only")
+    parser.add_argument("--leaderboard", type=Path, metavar="DIR",
+                        help="then merge the checkpoint's row on the whole eval set (and the base model's, "
+                             "when DIR has none for the id) into DIR's leaderboard")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="llmgym_train config overrides")
     args = parser.parse_args(argv)
     from llmgym_train.config import load_config
@@ -454,6 +462,31 @@ def main(argv: list[str] | None = None) -> None:
         # Reread: another seed may have been merged while this one trained.
         document = merge_seed(load_document(path) or document, args.seed, run)
     print(f"wrote {write_result(name, document, results_dir)}")
+    if args.leaderboard is not None and not args.baselines_only:
+        leaderboard_rows(args.env, output, args.leaderboard)
+
+
+def leaderboard_rows(env_id: str, run: str, directory: Path) -> None:
+    """Merge the run's checkpoint row on every level of ``env_id``'s eval set into ``directory``'s
+    leaderboard, with the base model's row (played as the run plays) when ``directory`` has no base
+    row for ``env_id``. Run folders are not kept with the results, so the row is made while the
+    checkpoint exists. A separate process: the training engine's memory is gone before it starts.
+    """
+    existing = directory / "leaderboard.json"
+    rows = json.loads(existing.read_text()).get("results", []) if existing.is_file() else []
+    agents = leaderboard_agents(env_id, run, rows)
+    command = [
+        sys.executable, "-m", "llmgym_train.eval.leaderboard", "--agents", *agents, "--envs", env_id,
+        "--output-dir", str(directory), "--merge", "--no-progress", "--record-episodes", "3",
+    ]
+    print("leaderboard rows: " + " ".join(command[1:]), flush=True)
+    subprocess.run(command, check=True)
+
+
+def leaderboard_agents(env_id: str, run: str, rows: list[dict[str, Any]]) -> list[str]:
+    """The run's checkpoint, and its base model unless ``rows`` hold a base row for ``env_id``."""
+    has_base = any(row["env_id"] == env_id and row["agent"].startswith("base:") for row in rows)
+    return [f"checkpoint:{run}"] + ([] if has_base else [f"base:{run}"])
 
 
 if __name__ == "__main__":

@@ -232,3 +232,14 @@ def test_each_recipe_of_an_id_has_its_own_learning_curve_file() -> None:
     assert (learning_curve.result_name("llmgym/Sokoban-v1", "sokoban-v1-grpo")
             == "learning_curve_Sokoban-v1_sokoban-v1-grpo")
     assert learning_curve.result_name("llmgym/Math-Easy-v0", "math-easy-grpo") == "learning_curve_Math-Easy-v0"
+
+
+def test_leaderboard_rows_of_a_run_add_the_base_model_once_per_id() -> None:
+    run = "runs/learning_curve/Sokoban-v1/seed0"
+    both = [f"checkpoint:{run}", f"base:{run}"]
+    assert learning_curve.leaderboard_agents("llmgym/Sokoban-v1", run, []) == both
+    other = [{"env_id": "llmgym/FrozenLake-v1", "agent": "base:runs/learning_curve/FrozenLake-v1/seed0"},
+             {"env_id": "llmgym/Sokoban-v1", "agent": "checkpoint:runs/x"}]
+    assert learning_curve.leaderboard_agents("llmgym/Sokoban-v1", run, other) == both, "another id's base row"
+    own = [*other, {"env_id": "llmgym/Sokoban-v1", "agent": "base:runs/x"}]
+    assert learning_curve.leaderboard_agents("llmgym/Sokoban-v1", run, own) == [f"checkpoint:{run}"]

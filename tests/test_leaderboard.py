@@ -291,6 +291,8 @@ def test_base_row_of_a_run_plays_the_starting_model_with_the_runs_settings(tmp_p
     from llmgym_train.models import resolve_model
 
     model, run_folder, _ = _choice_run(tmp_path)  # untrained: model/ holds the starting weights
+    with (run_folder / "metrics.jsonl").open("a") as metrics:  # as if 3 steps had been trained
+        metrics.write(json.dumps({"kind": "train", "step": 3}) + "\n")
     rows = run(_config(tmp_path, (f"checkpoint:{run_folder}", f"base:{run_folder}"), ("llmgym/FrozenLake-v1",),
                        limit=6, options=AgentOptions(backend="hf")))["results"]
     trained, base = sorted(rows, key=lambda row: row["agent"].startswith("base:"))
@@ -299,6 +301,7 @@ def test_base_row_of_a_run_plays_the_starting_model_with_the_runs_settings(tmp_p
     assert trained["agent_settings"]["model"] != base["agent_settings"]["model"]
     assert trained["agent_settings"]["teacher"] is None, "FrozenLake's own rewards"
     assert base["agent_settings"]["teacher"] is None
+    assert (trained["agent_settings"]["trained_steps"], base["agent_settings"]["trained_steps"]) == (3, 0)
     settings = ("agent", "response_prefix", "choices", "max_new_tokens", "env_options")
     assert [base["agent_settings"][key] for key in settings] == [trained["agent_settings"][key] for key in settings]
     assert [e["actions"] for e in base["episodes"]] == [e["actions"] for e in trained["episodes"]], "same weights"

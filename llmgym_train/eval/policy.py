@@ -237,6 +237,8 @@ class RunAgent:
         tokenizer = AutoTokenizer.from_pretrained(folder)
         extra = {"model": str(folder), "backend": options.backend, "seed": options.seed,
                  "weights": "the run's starting model" if base else "the run's last checkpoint",
+                 # Ties the row to the run that made the checkpoint (a learning-curve JSON's ``steps``).
+                 "trained_steps": 0 if base else trained_steps(Path(run)),
                  # Who besides the env's rewards shaped training (None: nobody, or untrained).
                  "teacher": None if base else teacher_of(config.train_envs)}
         return cls(run, generator, tokenizer, config, settings, name, extra)
