@@ -176,6 +176,26 @@ def test_start_on_solution_begins_partway_along_an_optimal_solution():
         gym.make("llmgym/Sokoban-v1", start="middle")
 
 
+def test_max_moves_left_starts_near_the_end_of_the_same_solution():
+    rooms, near = gym.make("llmgym/Sokoban-v1"), gym.make("llmgym/Sokoban-v1", start="solution", max_moves_left=2)
+    left = []
+    for seed in range(40):
+        _, room_info = rooms.reset(seed=seed)
+        observation, info = near.reset(seed=seed)
+        room, start = parse_xsb(rooms.unwrapped.level()), parse_xsb(near.unwrapped.level())
+        assert (start.walls, start.targets) == (room.walls, room.targets)  # the same room, same seed
+        assert 1 <= info["optimal_steps"] <= min(2, room_info["optimal_steps"])
+        # On an optimal path of the room: the fewest moves there plus the moves left make its optimum.
+        there = _fewest_moves_to(rooms.unwrapped, near.unwrapped.state_key())
+        assert there + info["optimal_steps"] == room_info["optimal_steps"]
+        assert near.reset(seed=seed)[0] == observation  # reproducible from the seed
+        left.append(info["optimal_steps"])
+    assert set(left) == {1, 2}
+    for bad in ({"max_moves_left": 0, "start": "solution"}, {"max_moves_left": 3}):
+        with pytest.raises(InvalidOptionError, match="max_moves_left"):
+            gym.make("llmgym/Sokoban-v1", **bad)
+
+
 def test_without_max_level_moves_levels_are_those_of_the_frozen_sets():
     capped, plain = gym.make("llmgym/Sokoban-v1", max_level_moves=None), gym.make("llmgym/Sokoban-v1")
     for seed in range(10):

@@ -85,6 +85,10 @@ class SokobanEnv(TextEnv):
       reproducible from it). For training: the positions a policy meets on its way to the goal
       (the box moved, the player beside it) are as common as the rooms' starts, and levels come
       in every length up to the room's. ``reset(options={"level": ...})`` plays the given level as it is.
+    - ``max_moves_left``: with ``start="solution"``, draw the point among the last this many of
+      the solution's positions only (1 to ``max_moves_left`` moves left): a reverse curriculum's
+      easiest stages, where a policy that has not learnt yet still solves some. Default ``None``:
+      the whole solution.
     - ``step_penalty``: the reward of every move (default ``-0.1``). For training with
       returns-to-go: with a penalty, two visits of one state in failed episodes differ in
       return by the turns left after them, whatever was played; at ``0`` failed episodes
@@ -131,6 +135,7 @@ class SokobanEnv(TextEnv):
         num_boxes: int = 1,
         max_level_moves: int | None = None,
         start: Literal["room", "solution"] = "room",
+        max_moves_left: int | None = None,
         step_penalty: float = STEP_PENALTY,
         progress_reward: float = 0.0,
         max_turns: int | None = 100,
@@ -150,6 +155,14 @@ class SokobanEnv(TextEnv):
         _check_options(max_actions_per_turn, grid, coordinates, solve_budget, progress_reward, num_boxes)
         if start not in ("room", "solution"):
             raise InvalidOptionError(f'start must be "room" or "solution", got {start!r}.')
+        moves_left_ok = max_moves_left is None or (
+            start == "solution" and isinstance(max_moves_left, int) and max_moves_left >= 1
+        )
+        if not moves_left_ok:
+            raise InvalidOptionError(
+                f'max_moves_left caps the moves left of start="solution" and is an int >= 1; got '
+                f"max_moves_left={max_moves_left!r} with start={start!r}."
+            )
         super().__init__(
             render_mode=render_mode,
             invalid_penalty=invalid_penalty,
@@ -162,6 +175,7 @@ class SokobanEnv(TextEnv):
         self.num_boxes = num_boxes
         self.max_level_moves = max_level_moves
         self.start = start
+        self.max_moves_left = max_moves_left
         self.step_penalty = float(step_penalty)
         self.progress_reward = float(progress_reward)
         self.max_actions_per_turn = max_actions_per_turn
@@ -300,11 +314,16 @@ class SokobanEnv(TextEnv):
 
     # ------------------------------------------------------------------ internals
     def _on_solution(self, level: Level, rng: Any) -> Level:
-        """The position after a uniform number of moves (0 to all but the last) of a fewest-moves solution of ``level``."""
+        """The position after a uniform number of moves (0 to all but the last, or with ``max_moves_left``
+        to all but the last that many) of a fewest-moves solution of ``level``."""
         self._load(level)
         plan = self.solution()
         assert plan, "generated levels are solvable and unsolved"
-        for name in plan[: int(rng.integers(len(plan)))]:
+        if self.max_moves_left is None:
+            done = int(rng.integers(len(plan)))
+        else:
+            done = int(rng.integers(max(0, len(plan) - self.max_moves_left), len(plan)))
+        for name in plan[:done]:
             self._move(self._offsets[_NAME_INDEX[name.lower()]])
         return self._current()
 
