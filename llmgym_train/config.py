@@ -57,6 +57,10 @@ RAY_INSTALL_HINT = (
 )
 
 
+#: The highest sampling temperature vLLM accepts (``SamplingParams`` refuses more).
+VLLM_MAX_TEMPERATURE = 2.0
+
+
 def _check_choice(section: str, name: str, value: Any, allowed: Any) -> None:
     choices = get_args(allowed)
     if value not in choices:
@@ -180,6 +184,12 @@ class RolloutConfig:
         _check_range("rollout", "max_new_tokens", self.max_new_tokens, 1)
         _check_range("rollout", "max_model_len", self.max_model_len, 16)
         _check_range("rollout", "temperature", self.temperature, 0.0, low_open=True)
+        if self.backend == "vllm" and self.temperature > VLLM_MAX_TEMPERATURE:
+            raise InvalidOptionError(
+                f"rollout.temperature={self.temperature} is above {VLLM_MAX_TEMPERATURE}, the most vLLM's "
+                "sampling takes, so the first rollout would fail. "
+                f"Fix: rollout.temperature<={VLLM_MAX_TEMPERATURE}, or rollout.backend=hf."
+            )
         _check_range("rollout", "top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_range("rollout", "max_turns", self.max_turns, 0)
         _check_range("rollout", "history_turns", self.history_turns, -1)

@@ -63,6 +63,21 @@ def test_closed_sets_and_ranges_are_checked_with_exact_messages() -> None:
     assert load_config(overrides=["loss.credit=gigpo", "rollout.layout=turn", "loss.episode_weight=0"]).loss.episode_weight == 0.0
 
 
+def test_a_temperature_vllm_refuses_is_refused_at_load_with_the_fix() -> None:
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    from llmgym_train.config import VLLM_MAX_TEMPERATURE
+
+    SamplingParams(temperature=VLLM_MAX_TEMPERATURE)  # the limit is vLLM's own
+    with pytest.raises(VLLMValidationError, match="temperature"):
+        SamplingParams(temperature=VLLM_MAX_TEMPERATURE + 0.5)
+    refused = r"rollout\.temperature=2\.5 is above 2\.0.*rollout\.backend=hf"
+    with pytest.raises(InvalidOptionError, match=refused):
+        load_config(overrides=["rollout.temperature=2.5"])
+    assert load_config(overrides=["rollout.temperature=2.5", "rollout.backend=hf"]).rollout.temperature == 2.5
+
+
 def test_learning_rate_schedules_run_from_lr_to_its_final_fraction() -> None:
     from llmgym_train.update import scheduled_lr
 
