@@ -153,16 +153,7 @@ class SokobanEnv(TextEnv):
         self.dim_room = check_settings(dim_room, num_boxes)
         check_max_level_moves(max_level_moves, self.dim_room, num_boxes)
         _check_options(max_actions_per_turn, grid, coordinates, solve_budget, progress_reward, num_boxes)
-        if start not in ("room", "solution"):
-            raise InvalidOptionError(f'start must be "room" or "solution", got {start!r}.')
-        moves_left_ok = max_moves_left is None or (
-            start == "solution" and isinstance(max_moves_left, int) and max_moves_left >= 1
-        )
-        if not moves_left_ok:
-            raise InvalidOptionError(
-                f'max_moves_left caps the moves left of start="solution" and is an int >= 1; got '
-                f"max_moves_left={max_moves_left!r} with start={start!r}."
-            )
+        _check_start(start, max_moves_left)
         super().__init__(
             render_mode=render_mode,
             invalid_penalty=invalid_penalty,
@@ -421,6 +412,20 @@ _PUSH_MESSAGES = {  # by (onto a target) - (off a target)
     1: "You pushed a box onto a target.",
     -1: "You pushed a box off a target.",
 }
+
+
+def _check_start(start: str, max_moves_left: int | None) -> None:
+    """Refuse an unknown ``start``, and a ``max_moves_left`` that is not a count for ``start="solution"``."""
+    if start not in ("room", "solution"):
+        raise InvalidOptionError(f'start must be "room" or "solution", got {start!r}.')
+    moves_left_ok = max_moves_left is None or (
+        start == "solution" and isinstance(max_moves_left, int) and max_moves_left >= 1
+    )
+    if not moves_left_ok:
+        raise InvalidOptionError(
+            f'max_moves_left caps the moves left of start="solution" and is an int >= 1; got '
+            f"max_moves_left={max_moves_left!r} with start={start!r}."
+        )
 
 
 def _check_options(
