@@ -432,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
                              "when DIR has none for the id) into DIR's leaderboard")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="llmgym_train config overrides")
     args = parser.parse_args(argv)
+    if args.leaderboard is not None and args.baselines_only:
+        parser.error("--leaderboard plays the run's checkpoint, and --baselines-only trains none; drop one")
     from llmgym_train.config import load_config
 
     preset_name, preset = preset_for(args.env, args.preset)
@@ -463,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
         # Reread: another seed may have been merged while this one trained.
         document = merge_seed(load_document(path) or document, args.seed, run)
     print(f"wrote {write_result(name, document, results_dir)}")
-    if args.leaderboard is not None and not args.baselines_only:
+    if args.leaderboard is not None:
         leaderboard_rows(args.env, output, args.leaderboard)
 
 

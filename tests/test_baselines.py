@@ -243,3 +243,11 @@ def test_leaderboard_rows_of_a_run_add_the_base_model_once_per_id() -> None:
     assert learning_curve.leaderboard_agents("llmgym/Sokoban-v1", run, other) == both, "another id's base row"
     own = [*other, {"env_id": "llmgym/Sokoban-v1", "agent": "base:runs/x"}]
     assert learning_curve.leaderboard_agents("llmgym/Sokoban-v1", run, own) == [f"checkpoint:{run}"]
+
+
+def test_leaderboard_rows_need_a_trained_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--env", LAKE, "--baselines-only", "--leaderboard", str(tmp_path),
+              "--results-dir", str(tmp_path)])
+    assert "--baselines-only trains none" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir()), "refused before writing anything"
