@@ -326,29 +326,33 @@ def headline_rows(document: dict[str, Any], earlier: dict[str, Any] | None = Non
     may share names with newer ones, so it is read apart rather than merged.
     """
     rows = [*document.get("results", []), *(earlier or {}).get("results", [])]
-    groups: dict[tuple[str, int], dict[Any, dict[str, Any]]] = {}
-    for row in ordered_rows({"results": rows}):  # families, then ids, in the report's order
+    # Per (id, version): the best row of each other agent kind, and the best trained row per teacher.
+    others: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    trained: dict[tuple[str, int], dict[Any, dict[str, Any]]] = {}
+    ordered = ordered_rows({"results": rows})  # families, then ids, in the report's order
+    for row in ordered:
         # Rows from before eval-set version 2 (and its train/test split) record no version.
-        kinds = groups.setdefault((row["env_id"], row.get("eval_set_version", 1)), {})
-        kind: Any = agent_kind(row["agent"])
+        group = (row["env_id"], row.get("eval_set_version", 1))
+        kind = agent_kind(row["agent"])
+        best_of, key = others.setdefault(group, {}), kind
         if kind == "trained":
-            kind = ("trained", (row.get("agent_settings") or {}).get("teacher", "not recorded"))
-        best = kinds.get(kind)
+            teacher = (row.get("agent_settings") or {}).get("teacher", "not recorded")
+            best_of, key = trained.setdefault(group, {}), teacher
+        best = best_of.get(key)
         if best is None or row["summary"]["success_rate"] > best["summary"]["success_rate"]:
-            kinds[kind] = row
-    env_order = list(dict.fromkeys(env_id for env_id, _ in groups))
+            best_of[key] = row
+    env_order = list(dict.fromkeys(row["env_id"] for row in ordered))
     lines = []
-    newest_first = sorted(groups, key=lambda group: (env_order.index(group[0]), -group[1]))
-    for env_id, version in newest_first:
-        kinds = groups[env_id, version]
-        trained_kinds = [kind for kind in kinds if isinstance(kind, tuple)]
-        for kind in sorted(trained_kinds, key=lambda kind: kind[1] is not None):  # the env's rewards first
-            lines.append(headline_line(env_id, version, kinds[kind], kinds))
+    for env_id, version in sorted(trained, key=lambda group: (env_order.index(group[0]), -group[1])):
+        by_teacher = trained[env_id, version]
+        for teacher in sorted(by_teacher, key=lambda teacher: teacher is not None):  # the env's rewards first
+            row = by_teacher[teacher]
+            lines.append(headline_line(env_id, version, row, others.get((env_id, version), {})))
     return lines
 
 
 def headline_line(
-    env_id: str, version: int, trained: dict[str, Any], kinds: dict[Any, dict[str, Any]]
+    env_id: str, version: int, trained: dict[str, Any], kinds: dict[str, dict[str, Any]]
 ) -> list[str]:
     """One headline line: ``trained``'s row beside the id's other agents of the same eval-set version."""
     cells = [f"`{env_id.removeprefix('llmgym/')}`"]
