@@ -32,6 +32,7 @@ from llmgym.error import DependencyNotInstalled, InvalidOptionError, UnknownOpti
 from llmgym_train.algorithms.losses import KLEstimator, LossAggregation
 from llmgym_train.algorithms.off_policy import ImportanceLevel
 from llmgym_train.constraints import Constrain
+from llmgym_train.generation.vllm_backend import VLLM_MAX_TEMPERATURE
 from llmgym_train.planner import EnvSpec
 
 Algorithm = Literal["grpo", "ppo", "reinforce_pp"]
@@ -55,10 +56,6 @@ RAY_INSTALL_HINT = (
     'distributed.ray_address={address!r} needs Ray; run `pip install "llmgym[ray]"` '
     "(or set distributed.ray_address=local)."
 )
-
-
-#: The highest sampling temperature vLLM accepts (``SamplingParams`` refuses more).
-VLLM_MAX_TEMPERATURE = 2.0
 
 
 def _check_choice(section: str, name: str, value: Any, allowed: Any) -> None:
@@ -184,11 +181,12 @@ class RolloutConfig:
         _check_range("rollout", "max_new_tokens", self.max_new_tokens, 1)
         _check_range("rollout", "max_model_len", self.max_model_len, 16)
         _check_range("rollout", "temperature", self.temperature, 0.0, low_open=True)
-        if self.backend == "vllm" and self.temperature > VLLM_MAX_TEMPERATURE:
+        if self.backend == "vllm" and self.temperature > VLLM_MAX_TEMPERATURE and not self.choices:
             raise InvalidOptionError(
                 f"rollout.temperature={self.temperature} is above {VLLM_MAX_TEMPERATURE}, the most vLLM's "
-                "sampling takes, so the first rollout would fail. "
-                f"Fix: rollout.temperature<={VLLM_MAX_TEMPERATURE}, or rollout.backend=hf."
+                "sampling takes for free replies, so the first rollout would fail. "
+                f"Fix: rollout.temperature<={VLLM_MAX_TEMPERATURE}, rollout.backend=hf, or rollout.choices "
+                "(a one-token choice is drawn from the engine's scores at any temperature)."
             )
         _check_range("rollout", "top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_range("rollout", "max_turns", self.max_turns, 0)

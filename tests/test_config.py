@@ -72,10 +72,13 @@ def test_a_temperature_vllm_refuses_is_refused_at_load_with_the_fix() -> None:
     SamplingParams(temperature=VLLM_MAX_TEMPERATURE)  # the limit is vLLM's own
     with pytest.raises(VLLMValidationError, match="temperature"):
         SamplingParams(temperature=VLLM_MAX_TEMPERATURE + 0.5)
-    refused = r"rollout\.temperature=2\.5 is above 2\.0.*rollout\.backend=hf"
+    refused = r"rollout\.temperature=2\.5 is above 2\.0.*rollout\.backend=hf, or rollout\.choices"
     with pytest.raises(InvalidOptionError, match=refused):
         load_config(overrides=["rollout.temperature=2.5"])
     assert load_config(overrides=["rollout.temperature=2.5", "rollout.backend=hf"]).rollout.temperature == 2.5
+    # A one-token choice above the limit is drawn by the vLLM backend from the engine's scores.
+    choice = ["rollout.temperature=6", 'rollout.choices=["Up","Down"]', "rollout.max_new_tokens=1"]
+    assert load_config(overrides=choice).rollout.temperature == 6.0
 
 
 def test_learning_rate_schedules_run_from_lr_to_its_final_fraction() -> None:

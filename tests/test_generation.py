@@ -229,6 +229,60 @@ def test_vllm_weight_sync_and_behavior_logprobs(vllm_generator: Any, smollm2_pat
     assert_same_greedy(restored, before)
 
 
+def test_a_choice_drawn_above_vllm_limit_follows_the_tempered_scores_and_its_seed() -> None:
+    import numpy as np
+
+    from llmgym_train.generation.vllm_backend import draw_choice
+
+    allowed = (7, 9, 11, 13)
+    scores = {7: -0.05, 9: -3.2, 11: -4.0, 13: -6.5, 2: -9.0}  # a peaked choice at temperature 1, one token more
+    expected = torch.log_softmax(torch.tensor([scores[token] for token in allowed], dtype=torch.float64) / 4.0, 0)
+    rng = np.random.default_rng(0)
+    draws = [draw_choice(scores, allowed, 4.0, rng) for _ in range(4000)]
+    for index, token in enumerate(allowed):
+        share = sum(drawn == token for drawn, _ in draws) / len(draws)
+        assert abs(share - expected[index].exp().item()) < 0.03, (token, share)
+    assert all(logprob == pytest.approx(expected[allowed.index(token)].item()) for token, logprob in draws)
+    assert {token for token, _ in draws} == set(allowed)  # token 2 is not allowed
+    again = [draw_choice(scores, allowed, 4.0, np.random.default_rng(seed)) for seed in range(20)]
+    assert again == [draw_choice(scores, allowed, 4.0, np.random.default_rng(seed)) for seed in range(20)]
+    with pytest.raises(ValueError, match=r"no log-probability for the allowed tokens \[15\]"):
+        draw_choice(scores, (7, 15), 4.0, rng)
+
+
+@pytest.mark.vllm
+def test_vllm_draws_a_choice_above_its_temperature_limit_from_the_engine_scores(
+    vllm_generator: Any, smollm2_path: Path, smollm2_tokenizer: Any
+) -> None:
+    """Above vLLM's limit a one-token choice is drawn at the asked temperature, seeded, with that draw's logprob."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32).eval()
+    prompt = chat_prompts(smollm2_tokenizer)[0]
+    words = [smollm2_tokenizer.encode(word, add_special_tokens=False) for word in ("Up", "Down", "Left", "Right")]
+    assert all(len(ids) == 1 for ids in words)
+    allowed = tuple(ids[0] for ids in words)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0, -1, list(allowed)].double()
+    expected = torch.log_softmax(logits / 8.0, 0)
+    specs = [SamplingSpec(max_tokens=1, temperature=8.0, allowed_token_ids=allowed, seed=seed) for seed in range(200)]
+    drawn = vllm_generator.generate([prompt] * len(specs), specs)
+    assert all(len(c.token_ids) == 1 and c.token_ids[0] in allowed for c in drawn)
+    differences = [abs(c.logprobs[0] - expected[allowed.index(c.token_ids[0])].item()) for c in drawn]
+    assert max(differences) < BF16_LOGPROB_TOLERANCE[1]  # bf16 engine vs float32 torch
+    for index, token in enumerate(allowed):
+        share = sum(c.token_ids[0] == token for c in drawn) / len(drawn)
+        assert abs(share - expected[index].exp().item()) < 0.1, (token, share, expected.exp().tolist())
+    # A request's seed gives its draw again, streamed too (vLLM's own sampling on CPU ignores seeds).
+    vllm_generator.submit("again", prompt, specs[3])
+    streamed: dict[str, Completion] = {}
+    while vllm_generator.has_pending():
+        streamed.update(vllm_generator.poll())
+    assert streamed["again"].token_ids == drawn[3].token_ids
+    with pytest.raises(ValueError, match=r"top_p=0\.9 and top_k=-1 are not applied"):
+        vllm_generator.generate([prompt], replace(specs[0], top_p=0.9))
+
+
 @pytest.mark.vllm
 def test_vllm_publish_between_decode_steps_continues_requests_and_stamps_each_token(
     vllm_generator: Any, smollm2_path: Path, smollm2_tokenizer: Any

