@@ -283,15 +283,14 @@ class VllmGenerator:
 
     def _finish(self, output: Any, spec: SamplingSpec | None) -> Completion:
         """A finished request's :class:`Completion`, its choice drawn here where ``spec`` asks for that."""
-        completion = _completion(output, self.policy_version is not None)
+        versioned = self.policy_version is not None
         if spec is None or not drawn_here(spec):
-            return completion
+            return _completion(output, versioned)
+        sample = output.outputs[0]
         rng = np.random.default_rng(spec.seed) if spec.seed is not None else self._choice_rng
-        token, logprob = draw_choice(output.outputs[0].logprobs[0], spec.allowed_token_ids, spec.temperature, rng)
-        return Completion(
-            token_ids=(token,), logprobs=(logprob,), finish_reason=completion.finish_reason,
-            policy_versions=completion.policy_versions,
-        )
+        token, logprob = draw_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature, rng)
+        versions = _token_versions(getattr(sample, "weight_versions", None), 1) if versioned else None
+        return Completion(token_ids=(token,), logprobs=(logprob,), finish_reason="length", policy_versions=versions)
 
 
 def drawn_here(spec: SamplingSpec) -> bool:
