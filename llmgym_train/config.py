@@ -333,13 +333,20 @@ class LossConfig:
     #: cross-entropy to a uniform pick among the best choices (their credit ``1 / count``, no mean
     #: subtracted): the pull toward them fades as the policy reaches them, where ``best``'s never does.
     lookahead_target: ChoiceTarget = "reward"
+    #: ``lookahead``: turns each choice is played for. 1: the choice alone, credited with its own
+    #: reward. More: the choice, then the policy's own greedy turns (``rollout.agent=markov``) until
+    #: the env ends the episode or the turns run out; the choice earns the env's rewards of them
+    #: all, discounted by ``step_gamma`` per turn. A state's choices then differ wherever the policy
+    #: can finish what a choice starts, whatever the env rewards on the way.
+    lookahead_turns: int = 1
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0
     #: ``gigpo``: weight of the episode advantage; at 0 only turns from a state other turns of
     #: the group also acted on carry an advantage (their step advantage).
     episode_weight: float = 1.0
     #: ``gigpo``: discount of the turn returns-to-go that step advantages compare; ``tree``: the
-    #: per-turn discount of the returns that node values average.
+    #: per-turn discount of the returns that node values average; ``lookahead``: the per-turn
+    #: discount of a choice's greedy continuation (``lookahead_turns``).
     step_gamma: float = 0.95
     #: ``tree``: weight of the episode-level group advantage added to each branch's tree advantage.
     tree_episode_weight: float = 0.0
@@ -354,6 +361,7 @@ class LossConfig:
         _check_choice("loss", "kl_estimator", self.kl_estimator, KLEstimator)
         _check_choice("loss", "credit", self.credit, Credit)
         _check_choice("loss", "lookahead_target", self.lookahead_target, ChoiceTarget)
+        _check_range("loss", "lookahead_turns", self.lookahead_turns, 1)
         _check_choice("loss", "importance_level", self.importance_level, ImportanceLevel)
         _check_range("loss", "behaviour_cap", self.behaviour_cap, 0.0, low_open=True)
         _check_range("loss", "step_weight", self.step_weight, 0.0)
@@ -663,9 +671,15 @@ class TrainConfig:
 
     def _check_lookahead_credit(self) -> None:
         """``loss.credit=lookahead`` trains one sample per choice of each turn: a one-token choice, on-policy."""
+        rollout = self.rollout
+        if self.loss.lookahead_turns > 1 and (self.loss.credit != "lookahead" or rollout.agent != "markov"):
+            raise InvalidOptionError(
+                f"loss.lookahead_turns={self.loss.lookahead_turns} plays the policy on after each looked-ahead "
+                "choice, from fresh contexts; it needs loss.credit=lookahead and rollout.agent=markov, got "
+                f"loss.credit={self.loss.credit}, rollout.agent={rollout.agent}. Set both, or loss.lookahead_turns=1."
+            )
         if self.loss.credit != "lookahead":
             return
-        rollout = self.rollout
         missing = [
             need for need, ok in (
                 ("algo=grpo", self.algo == "grpo"), ("rollout.layout=turn", rollout.layout == "turn"),

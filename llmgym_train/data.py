@@ -44,7 +44,9 @@ class Turn:
         state_key: the env's ``info["state_key"]`` of the state this turn acted on (``None``
             where the env gives none); turns with equal keys in one group share a step-level group.
         choice_rewards: with a lookahead (:attr:`AgentConfig.lookahead`), the reward each choice
-            (in ``rollout.choices`` order) earned from the state this turn acted on; else ``None``.
+            (in ``rollout.choices`` order) earned from the state this turn acted on, plus the
+            discounted rewards of its greedy continuation (``lookahead_turns``); else ``None``.
+        played_choice: with a lookahead, the index of the choice this turn played; else ``None``.
         tools_run: the tools this turn's action called and that ran without error, in call order
             (the env's ``info["tools_run"]``; empty for envs without tools).
     """
@@ -57,6 +59,7 @@ class Turn:
     finish_reason: FinishReason
     state_key: Any = None
     choice_rewards: tuple[float, ...] | None = None
+    played_choice: int | None = None
     tools_run: tuple[str, ...] = ()
 
     @property

@@ -90,11 +90,12 @@ class TrajectoryBuilder:
 
     def add_generation(
         self, completion: Completion, text: str, reward: float, info: dict[str, Any],
-        choice_rewards: tuple[float, ...] | None = None,
+        choice_rewards: tuple[float, ...] | None = None, played_choice: int | None = None,
     ) -> None:
         """Append a turn's generated tokens (as sampled, decoded as ``text``) with the env's verdict on them.
 
-        ``choice_rewards``: what each choice would have earned instead (:attr:`Turn.choice_rewards`).
+        ``choice_rewards``: what each choice would have earned instead (:attr:`Turn.choice_rewards`),
+        ``played_choice`` the index of the one played.
         """
         self.messages.append({"role": "assistant", "content": text})
         begin = len(self.token_ids)
@@ -118,6 +119,7 @@ class TrajectoryBuilder:
                 finish_reason=completion.finish_reason,
                 state_key=self.state_key,
                 choice_rewards=choice_rewards,
+                played_choice=played_choice,
                 tools_run=tuple(info.get("tools_run", ())),
             )
         )

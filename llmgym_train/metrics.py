@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from llmgym_train.data import Trajectory
+    from llmgym_train.data import Trajectory, Turn
 
 CURVE_FILE = "learning_curve.png"
 METRICS_FILE = "metrics.jsonl"
@@ -82,9 +82,10 @@ def _labelled(trajectories: Sequence[Trajectory], suffix: str) -> dict[str, Any]
     if not trajectories:
         return {}
     figures = {f"{_TRAINER_NAMES[name]}{suffix}": value for name, value in episode_figures(trajectories).items()}
-    best = best_choice_rate(trajectories)
-    if best is not None:
-        figures[f"best_choice_rate{suffix}"] = best
+    for name, rate in (("best_choice_rate", best_choice_rate), ("choice_signal_rate", choice_signal_rate)):
+        value = rate(trajectories)
+        if value is not None:
+            figures[f"{name}{suffix}"] = value
     figures.update({f"{key}{suffix}": value for key, value in tool_call_rates(trajectories).items()})
     return figures
 
@@ -103,13 +104,30 @@ def tool_call_rates(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 
 def best_choice_rate(trajectories: Sequence[Trajectory]) -> float | None:
-    """Share of looked-ahead turns (``loss.credit=lookahead``) whose reward was the best any choice earned.
+    """Share of looked-ahead turns (``loss.credit=lookahead``) whose choice earned the best any choice earned.
 
     With Sokoban's ``progress_reward`` that is the share of moves on an optimal path. ``None``
     when no turn looked ahead.
     """
-    best = [turn.reward >= max(turn.choice_rewards) for t in trajectories for turn in t.turns if turn.choice_rewards]
+    best = [_played_credit(turn) >= max(turn.choice_rewards) for t in trajectories for turn in t.turns
+            if turn.choice_rewards]
     return float(np.mean(best)) if best else None
+
+
+def choice_signal_rate(trajectories: Sequence[Trajectory]) -> float | None:
+    """Share of looked-ahead turns whose choices did not all earn the same: the turns that carry a signal.
+
+    Under the env's sparse rewards and ``loss.lookahead_turns``, these are the states from which
+    the policy's greedy continuation finishes what some choice starts. ``None`` when no turn looked ahead.
+    """
+    told = [max(turn.choice_rewards) > min(turn.choice_rewards) for t in trajectories for turn in t.turns
+            if turn.choice_rewards]
+    return float(np.mean(told)) if told else None
+
+
+def _played_credit(turn: Turn) -> float:
+    assert turn.choice_rewards is not None
+    return turn.reward if turn.played_choice is None else turn.choice_rewards[turn.played_choice]
 
 
 def route_library_logs(path: Path) -> None:

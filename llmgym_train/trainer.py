@@ -380,10 +380,11 @@ class Trainer:
         )
 
     def _agent_config(self, sampling: SamplingSpec, seed: int | None) -> AgentConfig:
-        rollout = self.config.rollout
+        rollout, loss = self.config.rollout, self.config.loss
         return AgentConfig(
             sampling=sampling, max_turns=rollout.max_turns or None, max_context_tokens=rollout.max_model_len,
-            sampling_seed=seed, lookahead=self.config.loss.credit == "lookahead", constrain=rollout.constrain,
+            sampling_seed=seed, lookahead=loss.credit == "lookahead", lookahead_turns=loss.lookahead_turns,
+            lookahead_gamma=loss.step_gamma, constrain=rollout.constrain,
         )
 
     def _play(

@@ -12,12 +12,13 @@ import torch
 import llmgym  # noqa: F401  (registers the ids)
 from llmgym.error import InvalidOptionError
 from llmgym_train.agents import AgentConfig, AsyncEnv
-from llmgym_train.agents.chain import MarkovAgent, lookahead_rewards
+from llmgym_train.agents.chain import ChainAgent, GreedyPolicy, MarkovAgent, lookahead_rewards
 from llmgym_train.chat import ChatTokens
 from llmgym_train.config import load_config
 from llmgym_train.data import Sample, choice_samples
-from llmgym_train.generation import SamplingSpec
-from llmgym_train.metrics import best_choice_rate
+from llmgym_train.episode import EpisodeStart
+from llmgym_train.generation import Completion, SamplingSpec
+from llmgym_train.metrics import best_choice_rate, choice_signal_rate
 
 MOVES = ["Up", "Down", "Left", "Right"]
 SOKOBAN = "llmgym/Sokoban-v1"
@@ -87,10 +88,10 @@ def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() 
         choice_samples(one_token_sample(choice_rewards=(0.0,) * 3), [40, 41, 42, 43])
 
 
-def markov_agent(char_tokenizer_with_moves: Any) -> MarkovAgent:
+def markov_agent(char_tokenizer_with_moves: Any, **config: Any) -> MarkovAgent:
     chat = ChatTokens(char_tokenizer_with_moves, response_prefix="<answer>")
-    sampling = SamplingSpec(max_tokens=1, allowed_token_ids=chat.choice_token_ids(MOVES))
-    return MarkovAgent(chat, AgentConfig(sampling=sampling, lookahead=True))
+    sampling = SamplingSpec(max_tokens=1, temperature=2.0, allowed_token_ids=chat.choice_token_ids(MOVES))
+    return MarkovAgent(chat, AgentConfig(sampling=sampling, lookahead=True, **config))
 
 
 def test_lookahead_rewards_are_what_each_move_earns_and_leave_the_env_as_it_was() -> None:
@@ -121,6 +122,62 @@ def test_lookahead_rewards_are_what_each_move_earns_and_leave_the_env_as_it_was(
     assert rewards == (-1.0, -1.0, 0.0, 1.0)
 
 
+def test_a_lookahead_of_several_turns_credits_each_move_with_what_the_greedy_policy_then_earns() -> None:
+    from llmgym_train.testing import tiny_tokenizer
+
+    agent = markov_agent(tiny_tokenizer(MOVES), lookahead_turns=3, lookahead_gamma=0.5)
+    right = agent.config.sampling.allowed_token_ids[MOVES.index("Right")]
+    env = gym.make(SOKOBAN, step_penalty=0.0, action_parser="lenient")  # the env's own rewards only
+    handle = AsyncEnv(env)
+    requests: list[Any] = []
+
+    async def always_right(obs_queue: asyncio.Queue[Any], act_queue: asyncio.Queue[Completion]) -> None:
+        while (request := await obs_queue.get()) is not None:
+            requests.append(request)
+            await act_queue.put(Completion(token_ids=(right,), logprobs=(0.0,), finish_reason="length"))
+
+    async def run() -> tuple[tuple[float, ...], tuple[float, ...], Any, Any]:
+        observation, info = await handle.reset(options={"level": "######\n#    #\n#@ $.#\n#    #\n######"})
+        obs_queue: asyncio.Queue[Any] = asyncio.Queue()
+        act_queue: asyncio.Queue[Completion] = asyncio.Queue()
+        server = asyncio.create_task(always_right(obs_queue, act_queue))
+        policy = GreedyPolicy(agent, agent.new_builder(EpisodeStart(7, SOKOBAN, 0), observation, info), obs_queue, act_queue)
+        before = env.unwrapped.get_state()
+        first = await lookahead_rewards(agent, handle, policy)
+        asked = len(requests)
+        again = await lookahead_rewards(agent, handle, policy)
+        assert len(requests) == asked  # every observation was asked for once
+        await obs_queue.put(None)
+        await server
+        return first, again, before, env.unwrapped.get_state()
+
+    first, again, before, after = asyncio.run(run())
+    # The box is two cells right of the player, its target just beyond. With the policy pushing
+    # Right: Right then Right solves on the 2nd turn (+1 box, +10 solved, discounted once), Left
+    # bumps the wall and solves on the 3rd (discounted twice), Up and Down never reach the box.
+    assert first == again == (0.0, 0.0, 11 * 0.25, 11 * 0.5)
+    assert after.task == before.task and after.turn == before.turn == 0 and not after.ended
+    assert requests and all(r.agent_id == 7 and r.sampling.temperature == 0.0 and r.sampling.seed is None
+                            for r in requests)
+
+
+def test_a_lookahead_of_several_turns_needs_a_policy_that_sees_the_state_alone() -> None:
+    from llmgym_train.testing import tiny_tokenizer
+
+    markov = markov_agent(tiny_tokenizer(MOVES), lookahead_turns=2)
+    chain = ChainAgent(markov.chat, markov.config)
+    env = AsyncEnv(gym.make(SOKOBAN, step_penalty=0.0, action_parser="lenient"))
+    with pytest.raises(ValueError, match="needs the policy's greedy turns"):
+        asyncio.run(lookahead_rewards(markov, env))
+    builder = markov.new_builder(EpisodeStart(0, SOKOBAN, 0), "", {})
+    with pytest.raises(ValueError, match="rollout.agent=markov"):
+        GreedyPolicy(chain, builder, asyncio.Queue(), asyncio.Queue())
+    with pytest.raises(ValueError, match="1 without lookahead"):
+        AgentConfig(lookahead_turns=2)
+    with pytest.raises(InvalidOptionError, match="lookahead_turns=3.*needs loss.credit=lookahead and rollout.agent=markov"):
+        load_config(None, ["loss.lookahead_turns=3"])
+
+
 def test_lookahead_needs_choices() -> None:
     with pytest.raises(ValueError, match="allowed_token_ids"):
         AgentConfig(sampling=SamplingSpec(max_tokens=1), lookahead=True)
@@ -140,7 +197,8 @@ def test_config_names_what_lookahead_credit_is_missing(overrides: list[str], mis
         load_config(None, ["loss.credit=lookahead", *overrides])
 
 
-def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any) -> None:
+@pytest.mark.parametrize("lookahead_turns", [1, 3])
+def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any, lookahead_turns: int) -> None:
     from llmgym_train.testing import save_tiny_model
     from llmgym_train.trainer import Trainer
 
@@ -150,7 +208,8 @@ def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any) 
         f"train_envs=[{{id: {SOKOBAN}, n_groups: 2, options: {{max_turns: 3, progress_reward: 1.0, step_penalty: 0.0, action_parser: lenient}}}}]",
         "rollout.agent=markov", "rollout.layout=turn", "rollout.response_prefix=<answer>",
         f"rollout.choices={MOVES}".replace("'", '"'), "rollout.max_new_tokens=1", "rollout.max_model_len=512",
-        "rollout.group_size=1", "loss.credit=lookahead", "progress=false", "threads=1",
+        "rollout.group_size=1", "loss.credit=lookahead", f"loss.lookahead_turns={lookahead_turns}", "progress=false",
+        "threads=1",
     ])
     with Trainer(config) as trainer:
         trajectories, _ = trainer.collect(0)
@@ -166,6 +225,10 @@ def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any) 
         assert sum(s.advantage for s in four) == pytest.approx(0.0)
     assert metrics["samples"] == 4 * metrics["env_steps"]
     # The share of played moves that earned the best any choice did, logged per step.
-    best = [turn.reward == max(turn.choice_rewards) for turn in turns]
+    assert all(trajectory.token_ids[turn.start] == trainer.choice_ids[turn.played_choice]
+               for trajectory in trajectories for turn in trajectory.turns)
+    best = [turn.choice_rewards[turn.played_choice] == max(turn.choice_rewards) for turn in turns]
     assert best_choice_rate(trajectories) == pytest.approx(sum(best) / len(best))
-    assert 0.0 <= metrics["best_choice_rate"] <= 1.0
+    assert 0.0 <= metrics["best_choice_rate"] <= 1.0 and 0.0 <= metrics["choice_signal_rate"] <= 1.0
+    told = [len(set(turn.choice_rewards)) > 1 for turn in turns]
+    assert choice_signal_rate(trajectories) == pytest.approx(sum(told) / len(told))

@@ -50,6 +50,11 @@ class AgentConfig:
             (``sampling.allowed_token_ids``) once from a snapshot of the env and record the
             reward each earned (:attr:`Turn.choice_rewards`); the env is then restored and the
             sampled choice played. Needs a choice and an env with snapshots.
+        lookahead_turns: turns each lookahead choice is played for: the choice, then up to
+            ``lookahead_turns - 1`` greedy turns of the policy itself, each from a fresh context
+            (as ``markov`` plays); the choice earns those turns' env rewards, discounted by
+            ``lookahead_gamma`` per turn. 1: the choice's own reward.
+        lookahead_gamma: per-turn discount of a choice's continuation (``lookahead_turns > 1``).
         constrain: ``tool_calls`` constrains every reply to a call of a tool the env lists in its
             reset info, or an answer, and the last of ``max_turns`` to an answer
             (:mod:`llmgym_train.constraints`); ``none``: free generation.
@@ -60,6 +65,8 @@ class AgentConfig:
     max_context_tokens: int = 2048
     sampling_seed: int | None = None
     lookahead: bool = False
+    lookahead_turns: int = 1
+    lookahead_gamma: float = 1.0
     constrain: Constrain = "none"
 
     def __post_init__(self) -> None:
@@ -69,6 +76,10 @@ class AgentConfig:
             raise ValueError(f"max_context_tokens must be >= 2, got {self.max_context_tokens}.")
         if self.lookahead and not self.sampling.allowed_token_ids:
             raise ValueError("lookahead plays each choice of sampling.allowed_token_ids; none are set.")
+        if self.lookahead_turns < 1 or (self.lookahead_turns > 1 and not self.lookahead):
+            raise ValueError(f"lookahead_turns must be >= 1, and 1 without lookahead; got {self.lookahead_turns}.")
+        if not 0.0 <= self.lookahead_gamma <= 1.0:
+            raise ValueError(f"lookahead_gamma must be in [0, 1], got {self.lookahead_gamma}.")
 
 
 class Agent:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import ClassVar
 
 from llmgym_train.agents.base import Agent, GenerationRequest
@@ -77,14 +78,20 @@ async def play_turns(
     next_observation: ObservationRule = type(agent).observation_rule  # type: ignore[attr-defined]
     if not builder.fits(0):
         return builder.build("context_overflow")
+    policy = None
+    if agent.config.lookahead_turns > 1:
+        policy = GreedyPolicy(agent, builder, obs_queue, act_queue)
     while True:
         if before_turn is not None:
             await before_turn(builder)
         completion = await agent.generate(builder, obs_queue, act_queue)
         text = agent.chat.action_text(completion.token_ids)
-        choice_rewards = await lookahead_rewards(agent, env) if agent.config.lookahead else None
+        choice_rewards = played = None
+        if agent.config.lookahead:
+            choice_rewards = await lookahead_rewards(agent, env, policy)
+            played = _choice_index(agent, completion)
         observation, reward, terminated, truncated, info = await env.step(text)
-        builder.add_generation(completion, text, float(reward), info, choice_rewards)
+        builder.add_generation(completion, text, float(reward), info, choice_rewards, played)
         if terminated or truncated:
             return builder.build("terminated" if terminated else "truncated")
         if agent.config.max_turns is not None and len(builder.turns) >= agent.config.max_turns:
@@ -93,19 +100,83 @@ async def play_turns(
             return builder.build("context_overflow")
 
 
-async def lookahead_rewards(agent: Agent, env: AgentEnv) -> tuple[float, ...]:
-    """The reward each choice (``sampling.allowed_token_ids``) earns from the env's state now; the state is kept.
+async def lookahead_rewards(agent: Agent, env: AgentEnv, policy: GreedyPolicy | None = None) -> tuple[float, ...]:
+    """The return each choice (``sampling.allowed_token_ids``) earns from the env's state now; the state is kept.
 
     Every choice is played once from a snapshot, and the snapshot is restored after the last.
+    With ``lookahead_turns > 1``, ``policy`` plays on after the choice until the env ends the
+    episode or the turns run out, and the choice earns the discounted sum of those turns' env
+    rewards (``lookahead_gamma`` per turn): a one-step rollout of the policy, scored by the env.
     """
+    turns = agent.config.lookahead_turns
+    if turns > 1 and policy is None:
+        raise ValueError(f"lookahead_turns={turns} plays on after each choice, which needs the policy's greedy turns.")
     state = await env.get_state()
-    rewards = []
+    returns = []
     for token_id in agent.config.sampling.allowed_token_ids:
         await env.set_state(state)
-        _, reward, _, _, _ = await env.step(agent.chat.action_text([token_id]))
-        rewards.append(float(reward))
+        observation, reward, terminated, truncated, _ = await env.step(agent.chat.action_text([token_id]))
+        later = 0.0 if policy is None or terminated or truncated else await policy.play_on(env, observation)
+        returns.append(float(reward) + later)
     await env.set_state(state)
-    return tuple(rewards)
+    return tuple(returns)
+
+
+class GreedyPolicy:
+    """The policy's greedy turn from an observation alone (a fresh context, as ``markov`` plays), one per text.
+
+    A lookahead's continuations revisit states (a move into a wall, paths that meet), and the
+    weights do not change within a rollout, so each observation is asked for once per episode.
+    Requests go through the episode's own queues, batched with every other agent's turns.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        builder: TrajectoryBuilder,
+        obs_queue: asyncio.Queue[GenerationRequest | None],
+        act_queue: asyncio.Queue[Completion],
+    ) -> None:
+        if type(agent).observation_rule is not fresh_context:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"A lookahead of several turns plays the policy on from fresh contexts, as the markov agent does; "
+                f"agent {type(agent).__name__} keeps the conversation. Use rollout.agent=markov or lookahead_turns=1."
+            )
+        self.agent, self.builder = agent, builder
+        self.obs_queue, self.act_queue = obs_queue, act_queue
+        self.sampling = replace(agent.config.sampling, temperature=0.0, seed=None)
+        self.actions: dict[str, str | None] = {}
+
+    async def play_on(self, env: AgentEnv, observation: str) -> float:
+        """Up to ``lookahead_turns - 1`` greedy turns from ``observation``: their rewards, discounted from the first."""
+        config = self.agent.config
+        total, discount = 0.0, 1.0
+        for _ in range(config.lookahead_turns - 1):
+            action = await self.act(observation)
+            if action is None:
+                break
+            observation, reward, terminated, truncated, _ = await env.step(action)
+            discount *= config.lookahead_gamma
+            total += discount * float(reward)
+            if terminated or truncated:
+                break
+        return total
+
+    async def act(self, observation: str) -> str | None:
+        """The greedy reply to ``observation``; ``None`` when its prompt would not fit the context."""
+        if observation not in self.actions:
+            tokens = self.agent.chat.prompt(observation, self.builder.system_prompt)
+            action = None
+            if len(tokens) + 1 <= self.builder.max_context_tokens:
+                await self.obs_queue.put(GenerationRequest(self.builder.start.episode_index, tokens, self.sampling))
+                action = self.agent.chat.action_text((await self.act_queue.get()).token_ids)
+            self.actions[observation] = action
+        return self.actions[observation]
+
+
+def _choice_index(agent: Agent, completion: Completion) -> int | None:
+    allowed = agent.config.sampling.allowed_token_ids
+    return allowed.index(completion.token_ids[0]) if completion.token_ids[:1] and completion.token_ids[0] in allowed else None
 
 
 def plays_chain(cls: type[Agent]) -> bool:
