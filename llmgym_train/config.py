@@ -429,11 +429,20 @@ class EvalConfig:
     max_new_tokens: int = 0
     #: Play the env's frozen eval-set levels; False (or no eval set) plays eval seeds with the env's options.
     use_eval_set: bool = True
+    #: Turns per evaluation episode before the agent stops it: -1 as ``rollout.max_turns``, 0 only the
+    #: env ends episodes (its own ``max_turns``). Set it when training episodes are cut shorter than
+    #: the evaluation's.
+    max_turns: int = -1
 
     def __post_init__(self) -> None:
         _check_range("eval", "every", self.every, 0)
         _check_range("eval", "levels", self.levels, 1)
         _check_range("eval", "max_new_tokens", self.max_new_tokens, 0)
+        _check_range("eval", "max_turns", self.max_turns, -1)
+
+    def agent_max_turns(self, rollout_max_turns: int) -> int:
+        """The agent's turn limit in evaluation episodes (0: only the env ends them)."""
+        return rollout_max_turns if self.max_turns == -1 else self.max_turns
 
 
 @dataclass
@@ -633,6 +642,7 @@ class TrainConfig:
             )
         self._check_tree_credit()
         self._check_lookahead_credit()
+        self._check_eval_turns()
         self._check_async()
         if self.rollout.agent == "markov" and self.rollout.layout != "turn":
             raise InvalidOptionError(
@@ -693,6 +703,20 @@ class TrainConfig:
                 "loss.credit=lookahead plays every choice of each turn from an env snapshot and trains one "
                 f"one-token sample per choice, on-policy; it needs {', '.join(missing)}."
             )
+
+    def _check_eval_turns(self) -> None:
+        """An evaluation is never cut shorter than its env allows without saying so."""
+        limit = self.eval.agent_max_turns(self.rollout.max_turns)
+        if self.eval.max_turns != -1 or not limit:
+            return
+        for spec in self.validation_envs:
+            allowed = spec.options.get("max_turns")
+            if isinstance(allowed, int) and allowed > limit:
+                raise InvalidOptionError(
+                    f"rollout.max_turns={limit} would also stop the evaluation's {spec.label} episodes, which "
+                    f"the env allows {allowed} turns. Set eval.max_turns=0 to evaluate with the env's own "
+                    f"limit, or eval.max_turns={limit} to evaluate cut episodes on purpose."
+                )
 
     def _check_async(self) -> None:
         """What asynchronous training cannot do yet, refused with the way out."""

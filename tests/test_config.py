@@ -176,3 +176,20 @@ def test_choices_need_one_token_turns_and_distinct_replies() -> None:
         load_config(None, ['rollout.choices=["Left","Down"]'])
     with pytest.raises(InvalidOptionError, match="distinct"):
         load_config(None, ['rollout.choices=["Left","Left"]', "rollout.max_new_tokens=1"])
+
+
+def test_an_evaluation_cut_shorter_than_its_env_allows_is_refused_unless_asked_for() -> None:
+    from llmgym_train.eval.policy import PlaySettings
+
+    envs = {"train_envs": [{"id": "llmgym/Sokoban-v1", "options": {"max_turns": 6}}],
+            "eval_envs": [{"id": "llmgym/Sokoban-v1", "options": {"max_turns": 30}}]}
+    with pytest.raises(InvalidOptionError, match=r"rollout.max_turns=4 would also stop the evaluation's .* "
+                                                 r"allows 30 turns. Set eval.max_turns=0"):
+        load_config(values={**envs, "rollout": {"max_turns": 4}})
+    full = load_config(values={**envs, "rollout": {"max_turns": 4}, "eval": {"max_turns": 0}})
+    assert PlaySettings.of_run(full.rollout, full.eval).max_turns is None
+    cut = load_config(values={**envs, "rollout": {"max_turns": 4}, "eval": {"max_turns": 4}})
+    assert PlaySettings.of_run(cut.rollout, cut.eval).max_turns == 4
+    # The default still plays the rollout's limit where it cuts nothing (the calculator recipe's last-turn answer).
+    same = load_config(values={**envs, "rollout": {"max_turns": 30}})
+    assert PlaySettings.of_run(same.rollout, same.eval).max_turns == 30

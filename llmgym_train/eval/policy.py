@@ -77,7 +77,7 @@ class PlaySettings:
             choices=tuple(rollout.choices),
             max_new_tokens=evaluation.max_new_tokens or rollout.max_new_tokens,
             max_model_len=rollout.max_model_len,
-            max_turns=rollout.max_turns or None,
+            max_turns=evaluation.agent_max_turns(rollout.max_turns) or None,
             constrain=rollout.constrain,
         )
 
