@@ -114,14 +114,15 @@ from benchmarks.baselines import blind_route_solves, compute_baselines, eval_rec
 from benchmarks.common import RESULTS_DIR, provenance, write_result
 from llmgym.error import InvalidOptionError, did_you_mean
 from llmgym.eval_sets import EVAL_SET_VERSION
-from llmgym_train.planner import eval_levels_trained_on, teacher_of
+from llmgym_train.planner import EnvSpec, curriculum_of, eval_levels_trained_on, teacher_of
 from llmgym_train.recipes import Recipe, all_recipes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Figures with one value per seed, kept as lists in seed order (``seeds`` is the key).
 PER_SEED_KEYS = (
     "preset", "eval_success_before", "eval_success_after", "minutes", "train_minutes", "minutes_budget",
-    "steps", "completed", "eval_levels_trained_on", "teacher", "eval_success_beyond_blind", "eval_success_by_level",
+    "steps", "completed", "eval_levels_trained_on", "teacher", "curriculum", "eval_success_beyond_blind",
+    "eval_success_by_level",
     "eval_called_tools_before", "eval_called_tools_after", "stop_reason", "eval_curve", "train_success",
     "load_average_start", "load_average_end", "curve_png",
     "output", "run_provenance", "config",
@@ -301,7 +302,14 @@ def seed_rows(document: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
     document = document or {}
     seeds = list(document.get("seeds", []))
     columns = {key: document.get(key) or [None] * len(seeds) for key in PER_SEED_KEYS}
-    return {seed: {key: columns[key][index] for key in PER_SEED_KEYS} for index, seed in enumerate(seeds)}
+    rows = {seed: {key: columns[key][index] for key in PER_SEED_KEYS} for index, seed in enumerate(seeds)}
+    if "curriculum" not in document:  # written before runs recorded it: each seed's own config says
+        for row in rows.values():
+            config = row["config"] or {}
+            train = [EnvSpec(**entry) for entry in config.get("train_envs") or []]
+            evaluated = [EnvSpec(**entry) for entry in config.get("eval_envs") or []]
+            row["curriculum"] = curriculum_of(train, evaluated or train)
+    return rows
 
 
 def with_seed_rows(document: dict[str, Any] | None, rows: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -462,6 +470,8 @@ def main(argv: list[str] | None = None) -> None:
         run["eval_success_beyond_blind"] = success_beyond_blind(run["eval_success_by_level"], blind)
         # What the run's training envs say, not what the recipe claims (an override can add a teacher).
         run["teacher"] = teacher_of(config.train_envs)
+        # Which starts or levels the training envs' options picked (the solver may pick them: no teacher).
+        run["curriculum"] = curriculum_of(config.train_envs, config.validation_envs)
         # Reread: another seed may have been merged while this one trained.
         document = merge_seed(load_document(path) or document, args.seed, run)
     print(f"wrote {write_result(name, document, results_dir)}")

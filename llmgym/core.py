@@ -360,6 +360,16 @@ class TextEnv(gym.Env[str, str]):
         teachers = sorted({name for option, name in self.teacher_options.items() if getattr(self, option)})
         return "+".join(teachers) or None
 
+    def curriculum(self) -> str | None:
+        """Where this env's options start its levels, in words, when not where the eval sets do; else None.
+
+        A curriculum may use anything (Sokoban's starts on a solver's solution) without teaching:
+        it chooses what is played, not what is rewarded. Levels from another space (smaller lakes)
+        are a curriculum too, found by comparing :meth:`level_space` with the evaluated env's
+        (:func:`llmgym_train.planner.curriculum_of`). Learning results record both.
+        """
+        return None
+
     # Optional, for eval sets, gold tests and the optimal agent:
     def level(self) -> Any:
         """The current episode's starting level, JSON-serializable, as ``reset(options={"level": ...})`` takes it."""

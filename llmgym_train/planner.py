@@ -327,6 +327,30 @@ def teacher_of(train_envs: Sequence[EnvSpec]) -> str | None:
     return "+".join(sorted(teachers)) or None
 
 
+def curriculum_of(train_envs: Sequence[EnvSpec], eval_envs: Sequence[EnvSpec] = ()) -> str | None:
+    """What picked a run's training levels or starts, by entry name, joined with ``" | "``; None when
+    every training env plays the levels its id's evaluation does, from where they start.
+
+    Per entry: its level options that differ from those of the eval env of the same id
+    (``"lake-2x2: size=2"``), and :meth:`llmgym.core.TextEnv.curriculum` (``"near: starts on ..."``).
+    """
+    parts = []
+    for spec in train_envs:
+        evaluated = next((entry for entry in eval_envs if entry.id == spec.id), None)
+        space = None if evaluated is None else _level_space(evaluated)
+        with _text_env(spec) as env:
+            if env is None:
+                continue
+            own = env.level_space()
+            names = [] if space is None or own is None else sorted(set(own.options) - set(space.options))
+            words = [", ".join(f"{name}={value!r}" for name, value in names)] if names else []
+            if (curriculum := env.curriculum()) is not None:
+                words.append(curriculum)
+        if words:
+            parts.append(f"{spec.label}: {'; '.join(words)}")
+    return " | ".join(parts) or None
+
+
 def _level_space(spec: EnvSpec) -> Any:
     with _text_env(spec) as env:
         return None if env is None else env.level_space()

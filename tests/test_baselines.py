@@ -135,6 +135,16 @@ def test_merge_keeps_other_seeds_and_replaces_the_same_seed() -> None:
     assert all(len(document[key]) == 2 for key in PER_SEED_KEYS)
 
 
+def test_a_file_written_before_runs_recorded_their_curriculum_gets_it_from_each_seeds_config() -> None:
+    options = {"start": "solution", "max_moves_left": 2}
+    near = {"id": "llmgym/Sokoban-v1", "n_groups": 8, "name": "near", "options": options}
+    old = merge_seed(None, 0, {**_run(0.5), "config": {"train_envs": [near]}})
+    del old["curriculum"]
+    document = merge_seed(old, 1, {**_run(0.25), "curriculum": None})
+    named = "near: starts on the solver's fewest-moves solution, 1 to 2 moves from the end"
+    assert document["curriculum"] == [named, None]
+
+
 def test_a_seed_with_other_eval_options_is_refused() -> None:
     levels = level_summary(LAKE, eval_records(LAKE, 4))
     header = {"env_id": LAKE, "eval_levels": levels, "eval_options": {"max_turns": 10}}

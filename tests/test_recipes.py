@@ -10,7 +10,7 @@ import pytest
 
 from llmgym.error import InvalidOptionError, UnknownOptionError
 from llmgym_train.cli import main
-from llmgym_train.planner import teacher_of
+from llmgym_train.planner import EnvSpec, curriculum_of, teacher_of
 from llmgym_train.recipes import Recipe, load_recipe, parse_recipe, recipe_names
 
 RECIPES = recipe_names()
@@ -58,6 +58,26 @@ def test_the_teacher_comes_from_the_training_envs_options() -> None:
 
     assert teacher_of(with_progress_reward("sokoban-v1-grpo", 1.0)) == "solver"
     assert teacher_of(with_progress_reward("sokoban-v1", 0.0)) is None
+
+
+def test_the_curriculum_comes_from_the_training_envs_options_and_is_no_teacher() -> None:
+    near = EnvSpec("llmgym/Sokoban-v1", name="near", options={"start": "solution", "max_moves_left": 5})
+    short = EnvSpec("llmgym/Sokoban-v0", options={"max_level_moves": 3})
+    evaluated = [EnvSpec("llmgym/Sokoban-v1"), EnvSpec("llmgym/Sokoban-v0")]
+    assert curriculum_of([near, short], evaluated) == (
+        "near: starts on the solver's fewest-moves solution, 1 to 5 moves from the end"
+        " | llmgym/Sokoban-v0: max_level_moves=3")
+    assert teacher_of([near, short]) is None
+    lakes = [EnvSpec("llmgym/FrozenLake-v1", name="lake-2x2", options={"size": 2}), EnvSpec("llmgym/FrozenLake-v1")]
+    assert curriculum_of(lakes, [EnvSpec("llmgym/FrozenLake-v1")]) == "lake-2x2: size=2"
+    assert curriculum_of([EnvSpec("llmgym/Sokoban-v1"), EnvSpec("llmgym/FrozenLake-v1")], evaluated) is None
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_names_a_curriculum_where_its_training_envs_have_one(name: str) -> None:
+    recipe = load_recipe(name)
+    config = recipe.load()
+    assert (curriculum_of(config.train_envs, config.validation_envs) is None) == (recipe.curriculum is None)
 
 
 def test_a_recipe_that_trains_on_the_test_split_is_refused() -> None:

@@ -208,6 +208,18 @@ class SokobanEnv(TextEnv):
         info["optimal_steps"] = self._optimal_steps(len(level.boxes))
         return f"Push every box onto a target.\n{self._observe()}", info
 
+    def curriculum(self) -> str | None:
+        """Starts on a solution (``start``, ``max_moves_left``) instead of the generated position.
+
+        Other level options (``max_level_moves``) change the level space, which
+        :func:`llmgym_train.planner.curriculum_of` compares with the evaluated env's itself.
+        """
+        if self.start != "solution":
+            return None
+        left = self.max_moves_left
+        where = "anywhere" if left is None else f"1 to {left} moves from the end"
+        return f"starts on the solver's fewest-moves solution, {where}"
+
     def _apply(self, action: str) -> Outcome:
         moves = read_moves(action, self.max_actions_per_turn)
         if isinstance(moves, str):
