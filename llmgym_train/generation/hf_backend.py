@@ -163,8 +163,11 @@ class _Row:
     def __init__(self, generator: HfGenerator, prompt: list[int], spec: SamplingSpec) -> None:
         self.budget = max(1, min(spec.max_tokens, generator.max_model_len - len(prompt)))
         self.stop_ids = set(generator.eos_token_ids) | set(spec.stop_token_ids)
+        self.stop_texts = spec.stop
+        self.decode = generator.tokenizer.decode
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
+        self.stopped = False
         self.done = False
 
     def add(self, token: int, logprob: float) -> None:
@@ -172,11 +175,18 @@ class _Row:
             return
         self.tokens.append(token)
         self.logprobs.append(logprob)
-        self.done = token in self.stop_ids or len(self.tokens) >= self.budget
+        self.stopped = token in self.stop_ids or self._holds_stop_text()
+        self.done = self.stopped or len(self.tokens) >= self.budget
+
+    def _holds_stop_text(self) -> bool:
+        if not self.stop_texts:
+            return False
+        text = self.decode(self.tokens, skip_special_tokens=True)  # as vLLM's detokenizer reads it
+        return any(stop in text for stop in self.stop_texts)
 
     def completion(self, version: int | None) -> Completion:
         """The row's completion; every token stamped ``version`` (one call samples with one set of weights)."""
-        reason = "stop" if self.tokens[-1] in self.stop_ids else "length"
+        reason = "stop" if self.stopped else "length"
         versions = None if version is None else (version,) * len(self.tokens)
         return Completion(tuple(self.tokens), tuple(self.logprobs), reason, policy_versions=versions)
 

@@ -272,11 +272,14 @@ class VllmGenerator:
             top_k=spec.top_k,
             seed=spec.seed if self._honours_seeds else None,
             stop_token_ids=list(spec.stop_token_ids) + list(self.eos_token_ids),
+            # Stop texts are found in the detokenized text; the token that completes one is kept.
+            stop=list(spec.stop) or None,
+            include_stop_str_in_output=True,
             allowed_token_ids=list(spec.allowed_token_ids) or None,
             structured_outputs=self._structured(spec.regex),
             logprobs=len(spec.allowed_token_ids) if here else 0,
             flat_logprobs=True,
-            detokenize=False,
+            detokenize=bool(spec.stop),
             output_kind=self._vllm.sampling_params.RequestOutputKind.FINAL_ONLY,
         )
 
