@@ -64,6 +64,16 @@ def test_a_computation_of_the_right_value_is_not_an_answer(verifier, gold, answe
     assert (verdict.correct, verdict.source) == (False, "computation") and is_computation(answer)
 
 
+@pytest.mark.parametrize(("gold", "answer", "correct"), [
+    ("96", "16 * 6} = 9", False), ("25/6", "3/2 + 8/3} = 5", False), ("40", "21 + 19} = 30", False),
+    ("16", "5 + 11} = 16", True), ("42", "3 * 14 = 42", True), ("-1", "x = -1", True),
+])
+def test_the_value_after_the_last_equals_sign_decides(verifier, gold, answer, correct):
+    """A trained policy found that a stray brace (``16 * 6} = 9``) made math-verify read the computation."""
+    verdict = verifier.verify(gold, answer)
+    assert (verdict.correct, verdict.source) == (correct, "fast")
+
+
 @pytest.mark.parametrize(("gold", "answer"),
                          [("8", "2^4"), ("2", "\\sqrt{5}"), ("1/2", "\\frac{2}{5}"), ("6", "2 \\cdot 4")])
 def test_wrong_forms_that_need_the_worker_are_wrong(verifier, gold, answer):

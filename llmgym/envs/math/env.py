@@ -106,7 +106,11 @@ class MathEnv(TextEnv):
         * v0: initial version. A computation given for a numeric answer counted as right until
           the verifier's computation check; no recorded result changed (the leaderboard's math
           rows are the random agent's, whose random strings hold no answer, and the optimal
-          agent's, which answers the number).
+          agent's, which answers the number). An answer with ``=`` whose text after the last
+          ``=`` is a number is judged by that number: ``16 * 6} = 9`` (a stray brace) had math-verify
+          read ``16 * 6`` and score it right, which a trained policy learnt to write (recipe trial
+          ``math-easy-grpo-stop-entropy-0.003``). The math leaderboard rows recorded before this check
+          were not re-run.
     """
 
     reset_options: ClassVar[frozenset[str]] = frozenset({"level", "difficulty"})

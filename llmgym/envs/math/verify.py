@@ -127,6 +127,10 @@ def fast_verdict(gold: str, answer: str) -> bool | None:
     if gold_value is None:
         return None
     answer_value = parse_number(answer)
+    if answer_value is None and "=" in answer:
+        # ``16 * 6} = 9``: the value after the last ``=`` is the answer, whatever comes before it
+        # (math-verify, given the whole text, can read the computation instead).
+        answer_value = parse_number(answer.rsplit("=", 1)[-1])
     return None if answer_value is None else answer_value == gold_value
 
 
