@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from llmgym.envs.math import MathEnv
-from llmgym.envs.math.verify import AnswerVerifier, fast_verdict, is_computation, parse_number
+from llmgym.envs.math.verify import AnswerVerifier, Verdict, fast_verdict, is_computation, parse_number
 from llmgym.error import InvalidOptionError
 
 TIMEOUT = 2.0
@@ -72,6 +72,21 @@ def test_the_value_after_the_last_equals_sign_decides(verifier, gold, answer, co
     """A trained policy found that a stray brace (``16 * 6} = 9``) made math-verify read the computation."""
     verdict = verifier.verify(gold, answer)
     assert (verdict.correct, verdict.source) == (correct, "fast")
+
+
+@pytest.mark.parametrize(("gold", "answer"), [
+    ("126", "2 * 63}{km} = 156 km"), ("130", "5 * 26 km}{km} = 131 km"), ("486", "6 * 81}{km} = 496 km"),
+])
+def test_the_worker_reads_only_the_value_after_the_last_equals_sign(verifier, gold, answer):
+    """Another policy found that ``2 * 63}{km} = 156 km`` had math-verify read ``2 * 63`` (126) and score it."""
+    assert not verifier.verify(gold, answer).correct
+
+
+def test_a_stated_value_with_its_unit_is_right_under_math_verify(verifier):
+    if verifier.backend != "math_verify":
+        pytest.skip("the sympy fallback reads plain numbers and expressions only, not units")
+    assert verifier.verify("216", "3 * 72 km}{km} = 216 km") == Verdict(True, "worker")
+    assert verifier.verify("126", "2 * 63 = 126 km") == Verdict(True, "worker")
 
 
 @pytest.mark.parametrize(("gold", "answer"),

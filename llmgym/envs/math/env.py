@@ -110,7 +110,11 @@ class MathEnv(TextEnv):
           ``=`` is a number is judged by that number: ``16 * 6} = 9`` (a stray brace) had math-verify
           read ``16 * 6`` and score it right, which a trained policy learnt to write (recipe trial
           ``math-easy-grpo-stop-entropy-0.003``). The math leaderboard rows recorded before this check
-          were not re-run.
+          were not re-run. Then, for a numeric reference, the worker gets only the text after the
+          last ``=``: ``2 * 63}{km} = 156 km`` had math-verify read ``2 * 63`` and score it right,
+          which another trained policy learnt (recipe trial ``math-easy-grpo-stop-entropy-0.003-60min``).
+          The recorded episodes of the trained math rows (``benchmarks/results/leaderboard_runs``),
+          replayed under both checks, keep every verdict.
     """
 
     reset_options: ClassVar[frozenset[str]] = frozenset({"level", "difficulty"})

@@ -17,7 +17,9 @@ Four stages, cheapest first:
    first, as math-verify expects), or a sympy fallback when math-verify is not installed. The
    worker has a hard timeout: math-verify's own timeouts use ``SIGALRM``, which works only on
    a main thread, so inside a thread of a vector env they would silently do nothing. A worker
-   that outlives the timeout is killed and replaced; the answer counts as wrong.
+   that outlives the timeout is killed and replaced; the answer counts as wrong. When the
+   reference is a plain number, the worker gets only what follows the answer's last ``=``
+   (``2 * 63 = 126 km``: ``126 km``): the answer's stated value, not its working.
 
 Workers are kept and reused (a small pool, shared by the envs of a process), because
 starting one costs the import of sympy.
@@ -130,8 +132,22 @@ def fast_verdict(gold: str, answer: str) -> bool | None:
     if answer_value is None and "=" in answer:
         # ``16 * 6} = 9``: the value after the last ``=`` is the answer, whatever comes before it
         # (math-verify, given the whole text, can read the computation instead).
-        answer_value = parse_number(answer.rsplit("=", 1)[-1])
+        answer_value = parse_number(stated_value(answer))
     return None if answer_value is None else answer_value == gold_value
+
+
+def stated_value(answer: str) -> str:
+    """The part of ``answer`` that states its value: the text after its last ``=``, else all of it.
+
+    An ``=`` inside braces (``\\boxed{x = 5}``) leaves the answer whole.
+
+    >>> stated_value("2 * 63}{km} = 156 km"), stated_value("\\\\boxed{x = 5}"), stated_value("42")
+    (' 156 km', '\\\\boxed{x = 5}', '42')
+    """
+    if "=" not in answer:
+        return answer
+    tail = answer.rsplit("=", 1)[1]
+    return answer if tail.count("}") > tail.count("{") else tail
 
 
 class _Worker:
@@ -231,9 +247,13 @@ class AnswerVerifier:
         decided = fast_verdict(gold, answer)
         if decided is not None:
             return Verdict(decided, "fast")
-        if parse_number(gold) is not None and is_computation(answer):
+        if parse_number(gold) is None:
+            return self._ask_worker(gold, answer)
+        if is_computation(answer):
             return Verdict(False, "computation", "the answer is a computation; the problem asks for its value")
-        return self._ask_worker(gold, answer)
+        # A number is asked for: the worker reads only what the answer states it to be. Given
+        # ``2 * 63}{km} = 156 km`` whole, math-verify reads ``2 * 63`` and scores 126 right.
+        return self._ask_worker(gold, stated_value(answer))
 
     async def averify(self, gold: str, answer: str) -> Verdict:
         """:meth:`verify` for asyncio code (runs in a thread; the worker wait releases the GIL)."""
