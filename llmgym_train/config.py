@@ -41,6 +41,8 @@ Layout = Literal["sequence", "turn"]
 Credit = Literal["episode", "gigpo", "tree", "lookahead"]
 #: ``loss.credit=lookahead``: what a choice is credited with (see :func:`llmgym_train.data.choice_samples`).
 ChoiceTarget = Literal["reward", "best", "greedy"]
+#: ``loss.credit=lookahead``: which choices of a visited state are trained.
+ChoicesTrained = Literal["all", "sampled"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 LRSchedule = Literal["constant", "linear", "cosine"]
@@ -340,6 +342,11 @@ class LossConfig:
     #: cross-entropy to a uniform pick among the best choices (their credit ``1 / count``, no mean
     #: subtracted): the pull toward them fades as the policy reaches them, where ``best``'s never does.
     lookahead_target: ChoiceTarget = "reward"
+    #: ``lookahead``: the choices trained at each visited state: ``all`` (every choice, with its
+    #: credit: the all-action gradient) or ``sampled`` (the choice the policy played alone, with its
+    #: credit minus the mean over the state's choices: GRPO's policy gradient on the sampled action,
+    #: the other choices' branches serving only as its baseline).
+    lookahead_choices: ChoicesTrained = "all"
     #: ``lookahead``: turns each choice is played for. 1: the choice alone, credited with its own
     #: reward. More: the choice, then the policy's own greedy turns (``rollout.agent=markov``) until
     #: the env ends the episode or the turns run out; the choice earns the env's rewards of them
@@ -368,6 +375,7 @@ class LossConfig:
         _check_choice("loss", "kl_estimator", self.kl_estimator, KLEstimator)
         _check_choice("loss", "credit", self.credit, Credit)
         _check_choice("loss", "lookahead_target", self.lookahead_target, ChoiceTarget)
+        _check_choice("loss", "lookahead_choices", self.lookahead_choices, ChoicesTrained)
         _check_range("loss", "lookahead_turns", self.lookahead_turns, 1)
         _check_choice("loss", "importance_level", self.importance_level, ImportanceLevel)
         _check_range("loss", "behaviour_cap", self.behaviour_cap, 0.0, low_open=True)

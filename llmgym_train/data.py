@@ -227,6 +227,7 @@ def make_samples(
     step_gamma: float = 1.0,
     choice_token_ids: Sequence[int] | None = None,
     choice_target: str = "reward",
+    choices_trained: str = "all",
 ) -> list[Sample]:
     """Training samples from ``trajectories`` in the chosen layout.
 
@@ -241,6 +242,7 @@ def make_samples(
             :attr:`Turn.choice_rewards` then gives one sample per choice instead of one (see
             :func:`choice_samples`).
         choice_target: what each choice is credited with (:func:`choice_samples`).
+        choices_trained: every choice (``"all"``) or the sampled one alone (``"sampled"``).
     """
     if layout == "sequence":
         fresh = [trajectory.env_id for trajectory in trajectories if trajectory.fresh_contexts]
@@ -260,7 +262,7 @@ def make_samples(
         ]
         if choice_token_ids is None:
             return samples
-        return [expanded for sample in samples for expanded in choice_samples(sample, choice_token_ids, choice_target)]
+        return [expanded for sample in samples for expanded in choice_samples(sample, choice_token_ids, choice_target, choices_trained)]
     raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
 
 
@@ -268,7 +270,9 @@ def make_samples(
 _TIE = 1e-9
 
 
-def choice_samples(sample: Sample, choice_token_ids: Sequence[int], target: str = "reward") -> list[Sample]:
+def choice_samples(
+    sample: Sample, choice_token_ids: Sequence[int], target: str = "reward", trained: str = "all"
+) -> list[Sample]:
     """A one-token turn sample with :attr:`Turn.choice_rewards` as one sample per choice (else ``[sample]``).
 
     Sample ``k`` ends in choice ``k``'s token instead of the sampled one, its ``reward`` is
@@ -283,7 +287,13 @@ def choice_samples(sample: Sample, choice_token_ids: Sequence[int], target: str 
     picks uniformly among the best choices (a state whose choices all tie gets no credit).
     The sampled choice's behaviour logprob is kept on its own sample; the others have none
     (0.0), which an on-policy update never reads (it rescores every sample).
+
+    ``trained="sampled"`` keeps the sampled choice's sample alone: GRPO's policy gradient on the
+    action played, its credit minus the mean over the state's choices, the looked-ahead choices
+    serving only as its baseline (a group of one branch per choice, as in a tree rollout).
     """
+    if trained not in ("all", "sampled"):
+        raise ValueError(f"trained must be 'all' or 'sampled', got {trained!r}.")
     rewards = sample.choice_rewards
     if rewards is None:
         return [sample]
@@ -311,6 +321,8 @@ def choice_samples(sample: Sample, choice_token_ids: Sequence[int], target: str 
             sample, token_ids=[*sample.token_ids[:-1], token_id], behavior_logprobs=logprobs,
             token_rewards=[*sample.token_rewards[:-1], reward], reward=reward, advantage=credit - mean,
         ))
+    if trained == "sampled":
+        return [expanded[list(choice_token_ids).index(sampled)]]
     return expanded
 
 

@@ -412,7 +412,7 @@ class Trainer:
             choices = self.choice_ids if loss.credit == "lookahead" else None
             samples = make_samples(
                 trajectories, rollout.layout, history, step_gamma=loss.step_gamma, choice_token_ids=choices,
-                choice_target=loss.lookahead_target,
+                choice_target=loss.lookahead_target, choices_trained=loss.lookahead_choices,
             )
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:

@@ -81,6 +81,30 @@ def test_greedy_target_is_the_cross_entropy_to_the_best_choices() -> None:
         assert torch.allclose(grad, expected, atol=1e-6)
 
 
+def test_sampled_choices_train_the_played_choice_alone_against_the_mean_of_its_state() -> None:
+    sample = one_token_sample(token_ids=[5, 6, 7, 42], choice_rewards=(1.0, 0.0, 0.0, 0.0))
+    for target, advantage in (("reward", -0.25), ("best", -0.25), ("greedy", 0.0)):
+        (played,) = choice_samples(sample, [40, 41, 42, 43], target, "sampled")
+        assert played.token_ids == [5, 6, 7, 42] and played.advantage == advantage
+        assert played.behavior_logprobs == sample.behavior_logprobs  # the policy's own logprob of the move
+    (best,) = choice_samples(one_token_sample(choice_rewards=(1.0, 0.0, 0.0, 0.0)), [40, 41, 42, 43], "best", "sampled")
+    assert best.token_ids[-1] == 40 and best.advantage == 0.75 and best.reward == 1.0
+    # Over the policy's samples, the expected gradient is that of the all-action credit weighted
+    # by the policy: sum_k p_k (c_k - mean) d log p_k, the policy gradient of the credits.
+    logits = torch.tensor([0.3, -1.0, 0.5, 0.0], requires_grad=True)
+    probs = torch.softmax(logits, 0).detach()
+    expected = torch.zeros(4)
+    for k in range(4):
+        (row,) = choice_samples(one_token_sample(token_ids=[5, 6, 7, 40 + k], choice_rewards=(1.0, 0.0, 0.0, 0.0)),
+                                [40, 41, 42, 43], "best", "sampled")
+        (grad,) = torch.autograd.grad(row.advantage * torch.log_softmax(logits, 0)[k], logits)
+        expected += probs[k] * grad
+    (direct,) = torch.autograd.grad(torch.softmax(logits, 0)[0], logits)  # d p(best)
+    assert torch.allclose(expected, direct, atol=1e-6)
+    with pytest.raises(ValueError, match="'all' or 'sampled'"):
+        choice_samples(sample, [40, 41, 42, 43], "best", "some")
+
+
 def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() -> None:
     with pytest.raises(ValueError, match="one generated token"):
         choice_samples(one_token_sample(loss_mask=[0, 0, 1, 1], choice_rewards=(0.0,) * 4), [40, 41, 42, 43])

@@ -40,7 +40,8 @@ def test_every_recipe_loads_and_trains_its_own_env_under_the_split(name: str) ->
 @pytest.mark.parametrize("name", sorted(ENV_REWARD))
 def test_env_reward_recipes_keep_the_solver_out_of_the_loss(name: str) -> None:
     config = load_recipe(name).load()
-    assert config.loss.credit != "lookahead"
+    # Lookahead branches may serve as the baseline of the sampled move, never as targets of their own.
+    assert config.loss.credit != "lookahead" or config.loss.lookahead_choices == "sampled"
     assert all(not spec.options.get("progress_reward") for spec in config.train_envs)
 
 
