@@ -345,18 +345,20 @@ def with_baselines(document: dict[str, Any] | None, env_id: str, records: list[d
 
 # ---------------------------------------------------------------------- one seed
 def train_seed(
-    config: Any, env_id: str, label: str, results_dir: Path, name: str | None = None
+    config: Any, env_id: str, label: str, results_dir: Path, name: str | None = None, resume: bool = False
 ) -> dict[str, Any]:
     """Train ``config``; return the seed's :data:`PER_SEED_KEYS` figures (the curve PNG copied).
 
-    ``label`` is what the trainer calls ``env_id``'s eval entry in its metrics.
+    ``label`` is what the trainer calls ``env_id``'s eval entry in its metrics. ``resume``: continue
+    the run in ``config.output`` from its last checkpoint; ``minutes`` and the load averages are then
+    this process's, and ``train_minutes`` the whole run's.
     """
     from llmgym_train.trainer import Trainer
 
     code = provenance()  # the code the run starts on: the tree may change during hours of training
     load_start = os.getloadavg()
     started = time.perf_counter()
-    with Trainer(config) as trainer:
+    with Trainer(config, resume=resume) as trainer:
         summary = trainer.train()
         evaluation = trainer.last_evaluation
     by_level = None
@@ -434,6 +436,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), help="recipe (default: the env family's)")
     parser.add_argument("--output", help="run folder (default runs/learning_curve/<Name>[_<preset>]/seed<N>)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON and PNGs go")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the seed's run folder from its last checkpoint (a larger --minutes "
+                             "extends it, and the lr schedule stretches over the new budget from there)")
     parser.add_argument("--baselines-only", action="store_true", help="compute and write the baselines only")
     parser.add_argument("--leaderboard", type=Path, metavar="DIR",
                         help="then merge the checkpoint's row on the whole eval set (and the base model's, "
@@ -463,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.baselines_only:
         if document != stored:  # new baselines, written before hours of training; else the file and its provenance stay
             write_result(name, document, results_dir)
-        run = train_seed(config, args.env, spec.label, results_dir, name)
+        run = train_seed(config, args.env, spec.label, results_dir, name, resume=args.resume)
         run["preset"] = preset_name
         route = (document.get("baselines") or {}).get("blind_route", {}).get("route")
         blind = None if route is None else blind_route_solves(args.env, records, eval_options, route)
