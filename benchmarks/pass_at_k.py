@@ -9,7 +9,8 @@ practice, what a short run lifts greedy success to. Each of the first ``--levels
 problems is played once greedily and ``--samples`` times at each temperature (seeded); a reply
 is the response prefix plus the completion, scored by the env's own verifier. Figures per
 problem kind (``level["kind"]``) and overall: greedy success, the mean success of a sample,
-and pass@k for k = 1, 4, ..., ``--samples`` (the unbiased estimator of Chen et al. 2021:
+the share of samples that hold an answer the env can parse (``sample_answered``: the
+format, right or wrong), and pass@k for k = 1, 4, ..., ``--samples`` (the unbiased estimator of Chen et al. 2021:
 ``1 - C(n - c, k) / C(n, k)`` per problem, averaged). ``--model`` takes what
 :func:`llmgym_train.models.resolve_model` takes: an alias, an HF folder, or a training run's folder.
 
@@ -44,6 +45,8 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
         summary[f"t{temperature}"] = {
             "sample_success": round(sum(row["correct"][temperature] for row in rows)
                                     / (samples * len(rows)), 4),
+            "sample_answered": round(sum(row["answered"][temperature] for row in rows)
+                                     / (samples * len(rows)), 4),
             **{f"pass@{k}": round(sum(pass_at_k(samples, row["correct"][temperature], k) for row in rows)
                                   / len(rows), 4) for k in ks},
         }
@@ -68,20 +71,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         prompts.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
                        + args.prefix)
 
-    def solved(record: dict[str, Any], completion: str) -> bool:
+    def verdict(record: dict[str, Any], completion: str) -> tuple[bool, bool]:
+        """(solved, answered): right, and holding an answer the env parsed."""
         env.reset(seed=int(record["seed"]), options={"level": record["level"]})
-        return bool(env.step(args.prefix + completion)[4].get("success"))
+        info = env.step(args.prefix + completion)[4]
+        return bool(info.get("success")), bool(info.get("action_is_valid"))
 
     greedy_params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     greedy = llm.generate(prompts, greedy_params, use_tqdm=False)
     rows = [{"kind": str(record["level"].get("kind", "all")) if isinstance(record["level"], dict) else "all",
-             "greedy": solved(record, output.outputs[0].text), "correct": {}}
+             "greedy": verdict(record, output.outputs[0].text)[0], "correct": {}, "answered": {}}
             for record, output in zip(records, greedy, strict=True)]
     for temperature in args.temperatures:
         sampled = llm.generate(prompts, vllm.SamplingParams(
             temperature=temperature, max_tokens=args.max_tokens, n=args.samples, seed=0), use_tqdm=False)
         for row, record, output in zip(rows, records, sampled, strict=True):
-            row["correct"][temperature] = sum(solved(record, choice.text) for choice in output.outputs)
+            verdicts = [verdict(record, choice.text) for choice in output.outputs]
+            row["correct"][temperature] = sum(right for right, _ in verdicts)
+            row["answered"][temperature] = sum(answered for _, answered in verdicts)
         print(f"t={temperature}: {summarize(rows, args.samples)[f't{temperature}']}", flush=True)
     env.close()
     kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -214,9 +214,11 @@ def test_pass_at_k_is_the_chance_that_one_of_k_samples_is_right() -> None:
     assert pass_at_k(16, 0, 16) == 0.0 and pass_at_k(16, 1, 16) == 1.0 and pass_at_k(16, 13, 4) == 1.0
     assert pass_at_k(2, 1, 1) == 0.5
     assert pass_at_k(4, 1, 2) == pytest.approx(1 - (3 * 2) / (4 * 3))  # both draws miss the one right reply
-    rows = [{"greedy": True, "correct": {1.0: 4}}, {"greedy": False, "correct": {1.0: 0}}]
+    rows = [{"greedy": True, "correct": {1.0: 4}, "answered": {1.0: 4}},
+            {"greedy": False, "correct": {1.0: 0}, "answered": {1.0: 1}}]
     summary = summarize(rows, samples=4)
     assert summary["greedy"] == 0.5 and summary["t1.0"]["sample_success"] == 0.5
+    assert summary["t1.0"]["sample_answered"] == 5 / 8  # a wrong answer in the format counts
     assert summary["t1.0"]["pass@1"] == 0.5 and summary["t1.0"]["pass@4"] == 0.5
 
 
