@@ -262,7 +262,8 @@ def make_samples(
         ]
         if choice_token_ids is None:
             return samples
-        return [expanded for sample in samples for expanded in choice_samples(sample, choice_token_ids, choice_target, choices_trained)]
+        return [expanded for sample in samples
+                for expanded in choice_samples(sample, choice_token_ids, choice_target, choices_trained)]
     raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
 
 
