@@ -422,10 +422,24 @@ def success_beyond_blind(by_level: list[int] | None, blind_solves: list[bool] | 
 
 
 def _train_minutes(records: list[dict[str, Any]]) -> float | None:
-    """Minutes from the end of the first evaluation to the last step: what ``max_minutes`` bounds."""
-    evals = [r["time"] for r in records if r["kind"] == "eval"]
-    steps = [r["time"] for r in records if r["kind"] == "train"]
-    return round((steps[-1] - evals[0]) / 60, 2) if evals and steps else None
+    """Minutes of training, what ``max_minutes`` bounds: from the end of the first evaluation to the
+    last step, over every process of a resumed run (each process's clock starts at 0; its loop began
+    at its first step's end less that step's duration).
+    """
+    total, start, last, clock = 0.0, None, None, -1.0
+    for record in records:
+        if record["time"] < clock:  # a resumed process: close the previous one's span
+            total += 0.0 if start is None or last is None else last - start
+            start = last = None
+        clock = record["time"]
+        if record["kind"] == "eval" and start is None and not total:
+            start = clock  # the first evaluation, not counted
+        elif record["kind"] == "train":
+            if start is None:
+                start = clock - record.get("time/total_s", 0.0)
+            last = clock
+    total += 0.0 if start is None or last is None else last - start
+    return round(total / 60, 2) if total else None
 
 
 def main(argv: list[str] | None = None) -> None:

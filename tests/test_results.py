@@ -61,3 +61,13 @@ def test_only_code_changes_make_a_checkout_dirty(tmp_path: Path) -> None:
     git("checkout", "code.py")
     (tmp_path / "helper.py").write_text("y = 1\n")  # new code, not committed
     assert code_differs(tmp_path)
+
+
+def test_train_minutes_add_up_the_processes_of_a_resumed_run() -> None:
+    from benchmarks.learning_curve import _train_minutes
+
+    first = [{"kind": "eval", "time": 60.0}, {"kind": "train", "time": 120.0, "time/total_s": 60.0},
+             {"kind": "train", "time": 180.0, "time/total_s": 60.0}]
+    assert _train_minutes(first) == 2.0  # the first evaluation (60 s with model loading) is not counted
+    resumed = [{"kind": "train", "time": 90.0, "time/total_s": 30.0}, {"kind": "train", "time": 150.0}]
+    assert _train_minutes(first + resumed) == 3.5  # the second process's loop began at 60 s on its clock
