@@ -136,7 +136,8 @@ def accumulate_gradients(
     """Backward the minibatch's loss in micro-batches (``micro_batch_size`` samples, ``max_tokens`` padded tokens); gradients add up in ``.grad``.
 
     Returns summed stats (each already weighted by its share of the minibatch) and ``loss``;
-    a non-finite loss is reported as ``loss = nan`` and stops the accumulation early.
+    a non-finite loss is reported as ``loss = nan`` and stops the accumulation early. ``entropy``
+    is the mean over ``minibatch``'s own tokens (or rows), also under a larger batch's ``divisor``.
     ``divisor``: the loss normalizer when ``minibatch`` is part of a larger batch whose other
     samples carry no gradient (see :func:`with_signal`); default: the minibatch's own.
     ``release_memory``: after each backward, hand the heap's freed pages back to the kernel
@@ -159,6 +160,8 @@ def accumulate_gradients(
             weighted = value if name in ("policy_loss", "value_loss", "kl", "entropy") else value * share
             totals[name] = totals.get(name, 0.0) + weighted
         totals["loss"] = totals.get("loss", 0.0) + float(micro_loss.detach())
+    if "entropy" in totals:  # a statistic of the rows scored here, whatever the loss's divisor
+        totals["entropy"] *= divisor / normalizer(minibatch, loss.aggregation)
     return totals
 
 

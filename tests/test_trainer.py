@@ -115,6 +115,22 @@ def test_skipping_samples_without_advantage_keeps_the_gradient(aggregation: str)
     torch.testing.assert_close(skipped, whole, rtol=1e-4, atol=1e-6)
 
 
+def test_logged_entropy_is_the_mean_over_the_trained_samples_when_others_are_skipped() -> None:
+    """Samples skipped for want of advantage must not dilute the entropy the trainer logs."""
+    policy = _policy(with_value=False)
+    batch = _batch(policy)
+    batch.old_logprobs = None
+    kept = torch.tensor([0, 2, 3])
+    loss = LossConfig(aggregation="token-mean")
+    stats = accumulate_gradients(policy, batch.select(kept), 8, loss, "grpo", divisor=normalizer(batch, "token-mean"))
+    trained = batch.select(kept)
+    with torch.no_grad():
+        entropy = policy.score(trained.input_ids, trained.attention_mask, positions=trained.loss_mask, entropy=True)["entropy"]
+    by_hand = float((entropy * trained.loss_mask).sum() / trained.loss_mask.sum())
+    assert trained.num_tokens < batch.num_tokens, "the test needs skipped tokens"
+    assert stats["entropy"] == pytest.approx(by_hand, rel=1e-5)
+
+
 def test_scoring_only_the_generated_positions_matches_the_full_lm_head() -> None:
     policy = _policy(with_value=False)
     assert policy._selective_head, "a Llama's logits are lm_head(decoder(...)): the head can be restricted"
