@@ -49,8 +49,8 @@ settings. Why the recipes that learnt are as they are:
   ``Left``/``Down``/``Right``/``Up``); turn samples with GiGPO-style step advantages, centred
   only (``normalize_std=false``); a mixture of 2x2, 3x3 and 4x4 lakes (1, 2 and 3 groups);
   sampling at temperature 2 (the trained policy is the tempered choice, so this explores
-  on-policy; evaluation stays greedy). At temperature 1 the base model's choice is peaked
-  (0.31 nats at the first step) and seed 0 swung between 0% and 47% over 40 minutes, ending at
+  on-policy; evaluation stays greedy). At temperature 1 (1.0 nats on the first step's trained
+  turns, against 1.29 at temperature 2) seed 0 swung between 0% and 47% over 40 minutes, ending at
   37.5%; at temperature 2 it rose steadily to 59.4% in the same 40 minutes
   (``benchmarks/results/recipe_trials/choice-temperature-2``). An evaluation every 10 steps
   (each takes half a minute to a minute of the budget). A cosine learning-rate decay to a
