@@ -347,6 +347,13 @@ class LossConfig:
     #: credit minus the mean over the state's choices: GRPO's policy gradient on the sampled action,
     #: the other choices' branches serving only as its baseline).
     lookahead_choices: ChoicesTrained = "all"
+    #: ``lookahead_choices=sampled``: moves drawn at each visited state, each trained with its
+    #: credit minus the mean over the state's choices. 1: the move played alone. More: the played
+    #: move and ``lookahead_draws - 1`` more drawn from the distribution the played one was drawn
+    #: from (a tree rollout that many moves wide at every state, each branch's return the
+    #: looked-ahead one). Needs a generator that reports that distribution: ``rollout.backend=hf``,
+    #: or vLLM above its temperature limit (``rollout.temperature`` > 2).
+    lookahead_draws: int = 1
     #: ``lookahead``: turns each choice is played for. 1: the choice alone, credited with its own
     #: reward. More: the choice, then the policy's own greedy turns (``rollout.agent=markov``) until
     #: the env ends the episode or the turns run out; the choice earns the env's rewards of them
@@ -377,6 +384,13 @@ class LossConfig:
         _check_choice("loss", "lookahead_target", self.lookahead_target, ChoiceTarget)
         _check_choice("loss", "lookahead_choices", self.lookahead_choices, ChoicesTrained)
         _check_range("loss", "lookahead_turns", self.lookahead_turns, 1)
+        _check_range("loss", "lookahead_draws", self.lookahead_draws, 1)
+        if self.lookahead_draws > 1 and self.lookahead_choices != "sampled":
+            raise InvalidOptionError(
+                f"loss.lookahead_draws={self.lookahead_draws} draws more moves to train beside the one played; with "
+                f"loss.lookahead_choices={self.lookahead_choices} every move is trained already. Set "
+                "loss.lookahead_choices=sampled, or loss.lookahead_draws=1."
+            )
         _check_choice("loss", "importance_level", self.importance_level, ImportanceLevel)
         _check_range("loss", "behaviour_cap", self.behaviour_cap, 0.0, low_open=True)
         _check_range("loss", "step_weight", self.step_weight, 0.0)
@@ -717,6 +731,13 @@ class TrainConfig:
             raise InvalidOptionError(
                 "loss.credit=lookahead plays every choice of each turn from an env snapshot and trains one "
                 f"one-token sample per choice, on-policy; it needs {', '.join(missing)}."
+            )
+        if self.loss.lookahead_draws > 1 and rollout.backend == "vllm" and rollout.temperature <= VLLM_MAX_TEMPERATURE:
+            raise InvalidOptionError(
+                f"loss.lookahead_draws={self.loss.lookahead_draws} draws moves from the distribution the played one "
+                f"came from; vLLM reports it only for choices it leaves to llmgym, above temperature "
+                f"{VLLM_MAX_TEMPERATURE}, and rollout.temperature is {rollout.temperature}. Fix: rollout.temperature "
+                f"above {VLLM_MAX_TEMPERATURE}, rollout.backend=hf, or loss.lookahead_draws=1."
             )
 
     def _check_eval_turns(self) -> None:

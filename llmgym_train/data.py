@@ -18,6 +18,8 @@ Two sample layouts come from the same trajectories (:func:`make_samples`):
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -47,6 +49,9 @@ class Turn:
             (in ``rollout.choices`` order) earned from the state this turn acted on, plus the
             discounted rewards of its greedy continuation (``lookahead_turns``); else ``None``.
         played_choice: with a lookahead, the index of the choice this turn played; else ``None``.
+        choice_logprobs: with a lookahead, the log-probability of each choice under the
+            distribution the played one was drawn from, where the generator reports it
+            (:attr:`~llmgym_train.generation.Completion.choice_logprobs`); else ``None``.
         tools_run: the tools this turn's action called and that ran without error, in call order
             (the env's ``info["tools_run"]``; empty for envs without tools).
     """
@@ -60,6 +65,7 @@ class Turn:
     state_key: Any = None
     choice_rewards: tuple[float, ...] | None = None
     played_choice: int | None = None
+    choice_logprobs: tuple[float, ...] | None = None
     tools_run: tuple[str, ...] = ()
 
     @property
@@ -193,6 +199,7 @@ class Sample:
             see :func:`llmgym_train.algorithms.tree_advantages`; lookahead: its choice's, see
             :func:`choice_samples`); ``None``: computed from the batch.
         choice_rewards: the trained turn's :attr:`Turn.choice_rewards` (``turn`` layout).
+        choice_logprobs: the trained turn's :attr:`Turn.choice_logprobs` (``turn`` layout).
     """
 
     token_ids: list[int]
@@ -213,6 +220,7 @@ class Sample:
     step_return: float = 0.0
     advantage: float | None = None
     choice_rewards: tuple[float, ...] | None = None
+    choice_logprobs: tuple[float, ...] | None = None
 
     @property
     def valid(self) -> bool:
@@ -228,6 +236,8 @@ def make_samples(
     choice_token_ids: Sequence[int] | None = None,
     choice_target: str = "reward",
     choices_trained: str = "all",
+    choice_draws: int = 1,
+    seed: int = 0,
 ) -> list[Sample]:
     """Training samples from ``trajectories`` in the chosen layout.
 
@@ -243,6 +253,8 @@ def make_samples(
             :func:`choice_samples`).
         choice_target: what each choice is credited with (:func:`choice_samples`).
         choices_trained: every choice (``"all"``) or the sampled one alone (``"sampled"``).
+        choice_draws: with ``"sampled"``, choices trained per turn: the played one and more drawn
+            from its distribution (:func:`choice_samples`), by a generator seeded with ``seed``.
     """
     if layout == "sequence":
         fresh = [trajectory.env_id for trajectory in trajectories if trajectory.fresh_contexts]
@@ -262,8 +274,11 @@ def make_samples(
         ]
         if choice_token_ids is None:
             return samples
-        return [expanded for sample in samples
-                for expanded in choice_samples(sample, choice_token_ids, choice_target, choices_trained)]
+        rng = random.Random(seed)
+        return [
+            expanded for sample in samples
+            for expanded in choice_samples(sample, choice_token_ids, choice_target, choices_trained, choice_draws, rng)
+        ]
     raise ValueError(f"layout must be 'sequence' or 'turn', got {layout!r}.")
 
 
@@ -272,7 +287,8 @@ _TIE = 1e-9
 
 
 def choice_samples(
-    sample: Sample, choice_token_ids: Sequence[int], target: str = "reward", trained: str = "all"
+    sample: Sample, choice_token_ids: Sequence[int], target: str = "reward", trained: str = "all",
+    draws: int = 1, rng: random.Random | None = None,
 ) -> list[Sample]:
     """A one-token turn sample with :attr:`Turn.choice_rewards` as one sample per choice (else ``[sample]``).
 
@@ -292,9 +308,15 @@ def choice_samples(
     ``trained="sampled"`` keeps the sampled choice's sample alone: GRPO's policy gradient on the
     action played, its credit minus the mean over the state's choices, the looked-ahead choices
     serving only as its baseline (a group of one branch per choice, as in a tree rollout).
+    ``draws`` > 1 (with ``"sampled"``) adds ``draws - 1`` choices drawn by ``rng`` from
+    :attr:`Sample.choice_logprobs`, the distribution the played one came from, each with that
+    logprob: a tree rollout ``draws`` moves wide at the state, whose branches' returns are the
+    looked-ahead ones. A choice drawn twice is trained twice.
     """
     if trained not in ("all", "sampled"):
         raise ValueError(f"trained must be 'all' or 'sampled', got {trained!r}.")
+    if draws < 1 or (draws > 1 and trained != "sampled"):
+        raise ValueError(f"draws must be 1, or more with trained='sampled'; got {draws} with {trained!r}.")
     rewards = sample.choice_rewards
     if rewards is None:
         return [sample]
@@ -322,9 +344,23 @@ def choice_samples(
             sample, token_ids=[*sample.token_ids[:-1], token_id], behavior_logprobs=logprobs,
             token_rewards=[*sample.token_rewards[:-1], reward], reward=reward, advantage=credit - mean,
         ))
-    if trained == "sampled":
-        return [expanded[list(choice_token_ids).index(sampled)]]
-    return expanded
+    if trained == "all":
+        return expanded
+    played = expanded[list(choice_token_ids).index(sampled)]
+    if draws == 1:
+        return [played]
+    distribution = sample.choice_logprobs
+    if distribution is None or len(distribution) != len(choice_token_ids):
+        raise ValueError(
+            f"Drawing {draws} choices a turn needs the distribution the played one came from (Sample.choice_logprobs, "
+            f"one per choice); got {distribution}. Its generator must report Completion.choice_logprobs."
+        )
+    assert rng is not None, "draws > 1 needs an rng"
+    picks = rng.choices(range(len(expanded)), weights=[math.exp(logprob) for logprob in distribution], k=draws - 1)
+    context_logprobs = sample.behavior_logprobs[:-1]
+    return [played] + [
+        replace(expanded[pick], behavior_logprobs=[*context_logprobs, distribution[pick]]) for pick in picks
+    ]
 
 
 def _sequence_sample(trajectory: Trajectory) -> Sample:
@@ -388,4 +424,5 @@ def _turn_sample(trajectory: Trajectory, index: int, history_turns: int | None, 
         state_key=turn.state_key,
         step_return=step_return,
         choice_rewards=turn.choice_rewards,
+        choice_logprobs=turn.choice_logprobs,
     )

@@ -120,6 +120,7 @@ class TrajectoryBuilder:
                 state_key=self.state_key,
                 choice_rewards=choice_rewards,
                 played_choice=played_choice,
+                choice_logprobs=completion.choice_logprobs if choice_rewards is not None else None,
                 tools_run=tuple(info.get("tools_run", ())),
             )
         )

@@ -12,8 +12,9 @@ Training, the trainer's evaluations and the benchmarks all plan here:
   steps, difficulty): what the leaderboard's agents play, whether or not they are LLMs.
 * :func:`eval_levels_trained_on`: how many of a run's eval levels its training draws held,
   compared by content (0 under the train/test split, :mod:`llmgym.splits`).
-* :func:`sampling_seed` and :func:`update_seed`: the step's other seeds, from streams of the
-  same :func:`step_seeds` that no mixture reaches (:data:`SAMPLING_STREAM`, :data:`UPDATE_STREAM`).
+* :func:`sampling_seed`, :func:`update_seed` and :func:`draws_seed`: the step's other seeds, from
+  streams of the same :func:`step_seeds` that no mixture reaches (:data:`SAMPLING_STREAM`,
+  :data:`UPDATE_STREAM`, :data:`DRAWS_STREAM`).
 
 The rollout plays a plan on llmgym's vector env with these seeds given per sub-env
 (``areset(seed=[...])``). The vector env's own ``options={"group_size": g}`` (seeds ``s + k``
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 SAMPLING_STREAM = 10_000
 #: :func:`step_seeds` stream of the step's minibatch order.
 UPDATE_STREAM = 20_000
+#: :func:`step_seeds` stream of the step's extra lookahead draws (``loss.lookahead_draws``).
+DRAWS_STREAM = 30_000
 
 
 def check_env_id(env_id: str) -> None:
@@ -139,6 +142,11 @@ def sampling_seed(seed: int, step: int) -> int:
 def update_seed(seed: int, step: int) -> int:
     """The seed of a step's minibatch order (a ``torch.Generator`` seed)."""
     return int(step_seeds(seed, step, UPDATE_STREAM, count=1)[0] % 2**62)
+
+
+def draws_seed(seed: int, step: int) -> int:
+    """The seed of a step's extra lookahead draws (:func:`llmgym_train.data.choice_samples`)."""
+    return int(step_seeds(seed, step, DRAWS_STREAM, count=1)[0])
 
 
 def plan_groups(envs: Sequence[EnvSpec], group_size: int, seed: int, step: int = 0) -> EpisodePlan:
@@ -394,6 +402,7 @@ def drawn_level_keys(train_envs: Sequence[EnvSpec], seed: int, steps: int) -> se
 
 
 __all__ = [
-    "SAMPLING_STREAM", "UPDATE_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "drawn_level_keys", "eval_levels", "eval_levels_trained_on", "hold_out_evaluated_levels",
-    "eval_set_levels", "group_episodes", "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed",
+    "SAMPLING_STREAM", "UPDATE_STREAM", "DRAWS_STREAM", "EnvSpec", "EpisodePlan", "EvalLevel", "drawn_level_keys",
+    "eval_levels", "eval_levels_trained_on", "hold_out_evaluated_levels", "eval_set_levels", "group_episodes",
+    "plan_eval", "plan_groups", "sampling_seed", "step_seeds", "update_seed", "draws_seed",
 ]

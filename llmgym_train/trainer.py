@@ -53,7 +53,9 @@ from llmgym_train.eval.policy import PlaySettings, PolicyEvaluation, evaluate_po
 from llmgym_train.generation import SamplingSpec, make_generator
 from llmgym_train.metrics import LOG_FILE, METRICS_FILE, RunLog, episode_metrics, route_library_logs
 from llmgym_train.models import RUN_MODEL_FOLDER, resolve_model
-from llmgym_train.planner import hold_out_evaluated_levels, plan_eval, plan_groups, sampling_seed, update_seed
+from llmgym_train.planner import (
+    draws_seed, hold_out_evaluated_levels, plan_eval, plan_groups, sampling_seed, update_seed,
+)
 from llmgym_train.policy import Policy, same_context_rows
 from llmgym_train.rollout import rollout as run_rollout
 from llmgym_train.staleness import StalenessController
@@ -413,6 +415,7 @@ class Trainer:
             samples = make_samples(
                 trajectories, rollout.layout, history, step_gamma=loss.step_gamma, choice_token_ids=choices,
                 choice_target=loss.lookahead_target, choices_trained=loss.lookahead_choices,
+                choice_draws=loss.lookahead_draws, seed=draws_seed(self.config.seed, self.step),
             )
         metrics: dict[str, Any] = {}
         if loss.group_keep_fraction < 1.0:

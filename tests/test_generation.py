@@ -303,6 +303,13 @@ def test_vllm_draws_a_choice_above_its_temperature_limit_from_the_engine_scores(
     assert all(len(c.token_ids) == 1 and c.token_ids[0] in allowed for c in drawn)
     differences = [abs(c.logprobs[0] - expected[allowed.index(c.token_ids[0])].item()) for c in drawn]
     assert max(differences) < BF16_LOGPROB_TOLERANCE[1]  # bf16 engine vs float32 torch
+    # Each completion reports the whole distribution it was drawn from (loss.lookahead_draws draws more from it).
+    for completion in drawn:
+        assert completion.choice_logprobs is not None
+        assert completion.choice_logprobs[allowed.index(completion.token_ids[0])] == completion.logprobs[0]
+        assert max(abs(a - b) for a, b in zip(completion.choice_logprobs, expected.tolist(), strict=True)) < (
+            BF16_LOGPROB_TOLERANCE[1]
+        )
     for index, token in enumerate(allowed):
         share = sum(c.token_ids[0] == token for c in drawn) / len(drawn)
         assert abs(share - expected[index].exp().item()) < 0.1, (token, share, expected.exp().tolist())

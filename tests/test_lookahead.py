@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -103,6 +104,40 @@ def test_sampled_choices_train_the_played_choice_alone_against_the_mean_of_its_s
     assert torch.allclose(expected, direct, atol=1e-6)
     with pytest.raises(ValueError, match="'all' or 'sampled'"):
         choice_samples(sample, [40, 41, 42, 43], "best", "some")
+
+
+def test_extra_draws_come_from_the_played_choice_distribution_with_their_own_logprobs() -> None:
+    import math
+    import random
+
+    distribution = tuple(math.log(p) for p in (0.1, 0.2, 0.3, 0.4))
+    sample = one_token_sample(token_ids=[5, 6, 7, 42], choice_rewards=(1.0, 0.0, 0.0, 1.0), choice_logprobs=distribution)
+    rows = choice_samples(sample, [40, 41, 42, 43], "best", "sampled", draws=20_001, rng=random.Random(0))
+    played, extra = rows[0], rows[1:]
+    assert played.token_ids[-1] == 42 and played.behavior_logprobs == sample.behavior_logprobs
+    assert played.advantage == -0.5  # credit 0, mean credit 0.5
+    for k in range(4):
+        drawn = [row for row in extra if row.token_ids[-1] == 40 + k]
+        assert abs(len(drawn) / len(extra) - math.exp(distribution[k])) < 0.015
+        assert all(row.token_ids[:-1] == [5, 6, 7] and row.behavior_logprobs[-1] == distribution[k] for row in drawn)
+        assert all(row.advantage == (0.5 if k in (0, 3) else -0.5) for row in drawn)
+    again = choice_samples(sample, [40, 41, 42, 43], "best", "sampled", draws=8, rng=random.Random(0))
+    assert again == choice_samples(sample, [40, 41, 42, 43], "best", "sampled", draws=8, rng=random.Random(0))
+    with pytest.raises(ValueError, match="needs the distribution the played one came from"):
+        choice_samples(replace(sample, choice_logprobs=None), [40, 41, 42, 43], "best", "sampled", 2, random.Random(0))
+    with pytest.raises(ValueError, match="draws must be 1, or more with trained='sampled'"):
+        choice_samples(sample, [40, 41, 42, 43], "best", "all", 2, random.Random(0))
+
+
+def test_lookahead_draws_need_the_sampled_choices_and_a_generator_that_reports_the_distribution() -> None:
+    base = ['rollout.choices=["Up","Down"]', "rollout.max_new_tokens=1", "rollout.layout=turn", "loss.credit=lookahead",
+            "rollout.agent=markov", "loss.lookahead_draws=4"]
+    with pytest.raises(InvalidOptionError, match="every move is trained already"):
+        load_config(None, base)
+    with pytest.raises(InvalidOptionError, match="Fix: rollout.temperature above 2"):
+        load_config(None, [*base, "loss.lookahead_choices=sampled", "rollout.temperature=2"])
+    assert load_config(None, [*base, "loss.lookahead_choices=sampled", "rollout.temperature=6"]).loss.lookahead_draws == 4
+    assert load_config(None, [*base, "loss.lookahead_choices=sampled", "rollout.backend=hf"]).loss.lookahead_draws == 4
 
 
 def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() -> None:
@@ -256,3 +291,34 @@ def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any, 
     assert 0.0 <= metrics["best_choice_rate"] <= 1.0 and 0.0 <= metrics["choice_signal_rate"] <= 1.0
     told = [len(set(turn.choice_rewards)) > 1 for turn in turns]
     assert choice_signal_rate(trajectories) == pytest.approx(sum(told) / len(told))
+
+
+def test_trainer_step_with_draws_trains_the_played_move_and_moves_drawn_from_its_distribution(tmp_path: Any) -> None:
+    import math
+
+    from llmgym_train.testing import save_tiny_model
+    from llmgym_train.trainer import Trainer
+
+    model = save_tiny_model(tmp_path / "model", seed=1, words=MOVES)
+    config = load_config(overrides=[
+        f"model={model}", "steps=1", f"output={tmp_path / 'run'}", "rollout.backend=hf", "eval.disabled=true",
+        f"train_envs=[{{id: {SOKOBAN}, n_groups: 2, options: {{max_turns: 3, step_penalty: 0.0, action_parser: lenient}}}}]",
+        "rollout.agent=markov", "rollout.layout=turn", "rollout.response_prefix=<answer>", "rollout.temperature=3",
+        f"rollout.choices={MOVES}".replace("'", '"'), "rollout.max_new_tokens=1", "rollout.max_model_len=512",
+        "rollout.group_size=1", "loss.credit=lookahead", "loss.lookahead_choices=sampled", "loss.lookahead_draws=3",
+        "loss.lookahead_target=best", "progress=false", "threads=1",
+    ])
+    with Trainer(config) as trainer:
+        trajectories, _ = trainer.collect(0)
+        samples, _ = trainer._filtered_samples(trajectories)
+        metrics = trainer.train_step()
+    turns = [(trajectory, turn) for trajectory in trajectories for turn in trajectory.turns]
+    assert turns and len(samples) == 3 * len(turns) and metrics["samples"] == 3 * metrics["env_steps"]
+    for (trajectory, turn), start in zip(turns, range(0, len(samples), 3), strict=True):
+        assert turn.choice_logprobs is not None and sum(map(math.exp, turn.choice_logprobs)) == pytest.approx(1.0)
+        played, *drawn = samples[start : start + 3]
+        assert played.token_ids[-1] == trajectory.token_ids[turn.start] == trainer.choice_ids[turn.played_choice]
+        assert played.behavior_logprobs[-1] == pytest.approx(turn.choice_logprobs[turn.played_choice], abs=1e-5)
+        for row in drawn:
+            k = trainer.choice_ids.index(row.token_ids[-1])
+            assert row.token_ids[:-1] == played.token_ids[:-1] and row.behavior_logprobs[-1] == turn.choice_logprobs[k]

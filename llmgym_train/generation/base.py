@@ -81,12 +81,17 @@ class Completion:
         policy_versions: the policy version that sampled each token (asynchronous training,
             where weights can change between decoding steps of one completion); ``None``: all
             sampled by the version the generator held throughout.
+        choice_logprobs: for a sampled one-token choice (``allowed_token_ids``, ``max_tokens=1``),
+            the log-probability of each allowed token, in ``allowed_token_ids`` order, under the
+            distribution the token was drawn from; ``None`` where the backend does not report it
+            (vLLM at temperatures it samples itself) or for any other completion.
     """
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish_reason: FinishReason
     policy_versions: tuple[int, ...] | None = None
+    choice_logprobs: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.logprobs):

@@ -148,9 +148,10 @@ class HfGenerator:
                 )
                 cache = output.past_key_values
                 active = [not row.done for row in rows]
-                tokens, logprobs = sampler.draw(output.logits[:, -1, :].float(), active)  # (B,), (B,)
-                for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist(), strict=True):
-                    row.add(token, logprob)
+                # (B,), (B,), (B, V)
+                tokens, logprobs, distributions = sampler.draw(output.logits[:, -1, :].float(), active)
+                for index, (row, token) in enumerate(zip(rows, tokens.tolist(), strict=True)):
+                    row.add(token, float(logprobs[index]), distributions[index])
                 input_ids = tokens.unsqueeze(-1)  # (B, 1)
                 attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
                 position_ids = position_ids[:, -1:] + 1  # (B, 1)
@@ -167,14 +168,20 @@ class _Row:
         self.decode = generator.tokenizer.decode
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
+        #: A one-token choice reports the distribution its token was drawn from (Completion.choice_logprobs).
+        self.allowed = spec.allowed_token_ids if spec.max_tokens == 1 and spec.temperature > 0 else ()
+        self.choice_logprobs: tuple[float, ...] | None = None
         self.stopped = False
         self.done = False
 
-    def add(self, token: int, logprob: float) -> None:
+    def add(self, token: int, logprob: float, distribution: Any) -> None:
+        """Append ``token``, drawn with ``logprob`` from ``distribution`` (log-probabilities over the vocabulary)."""
         if self.done:
             return
         self.tokens.append(token)
         self.logprobs.append(logprob)
+        if self.allowed:
+            self.choice_logprobs = tuple(distribution[list(self.allowed)].tolist())
         self.stopped = token in self.stop_ids or self._holds_stop_text()
         self.done = self.stopped or len(self.tokens) >= self.budget
 
@@ -188,7 +195,10 @@ class _Row:
         """The row's completion; every token stamped ``version`` (one call samples with one set of weights)."""
         reason = "stop" if self.stopped else "length"
         versions = None if version is None else (version,) * len(self.tokens)
-        return Completion(tuple(self.tokens), tuple(self.logprobs), reason, policy_versions=versions)
+        return Completion(
+            tuple(self.tokens), tuple(self.logprobs), reason, policy_versions=versions,
+            choice_logprobs=self.choice_logprobs,
+        )
 
 
 class _Sampler:
@@ -211,8 +221,8 @@ class _Sampler:
             for spec in specs
         ]
 
-    def draw(self, logits: Any, active: list[bool]) -> tuple[Any, Any]:
-        """``logits`` ``(B, V)`` -> next tokens ``(B,)`` and their logprobs ``(B,)``.
+    def draw(self, logits: Any, active: list[bool]) -> tuple[Any, Any, Any]:
+        """``logits`` ``(B, V)`` -> next tokens ``(B,)``, their logprobs ``(B,)``, the distributions drawn from ``(B, V)``.
 
         Only ``active`` rows draw (a finished row's token is ignored), so no RNG, global or
         a row's own, advances for a row that has already ended.
@@ -225,7 +235,7 @@ class _Sampler:
         for row, generator in enumerate(self.generators):
             if active[row] and not self.greedy[row]:
                 tokens[row] = torch.multinomial(probabilities[row], 1, generator=generator)[0]
-        return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), logprobs
 
     def _process(self, logits: Any) -> Any:
         torch = self.torch

@@ -293,7 +293,11 @@ class VllmGenerator:
         rng = np.random.default_rng(spec.seed) if spec.seed is not None else self._choice_rng
         token, logprob = draw_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature, rng)
         versions = _token_versions(getattr(sample, "weight_versions", None), 1) if versioned else None
-        return Completion(token_ids=(token,), logprobs=(logprob,), finish_reason="length", policy_versions=versions)
+        choices = tuple(tempered_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature).tolist())
+        return Completion(
+            token_ids=(token,), logprobs=(logprob,), finish_reason="length", policy_versions=versions,
+            choice_logprobs=choices,
+        )
 
 
 def drawn_here(spec: SamplingSpec) -> bool:
@@ -309,14 +313,19 @@ def draw_choice(
     ``scores`` maps token ids to their log-probabilities ``log p`` at temperature 1 (floats or
     vLLM ``Logprob`` entries); every allowed token must be among them.
     """
+    logprobs = tempered_choice(scores, allowed, temperature)
+    index = int(rng.choice(len(allowed), p=np.exp(logprobs)))
+    return int(allowed[index]), float(logprobs[index])
+
+
+def tempered_choice(scores: Mapping[int, Any], allowed: Sequence[int], temperature: float) -> np.ndarray:
+    """``log softmax(log p / temperature)`` over ``allowed``, in its order: what :func:`draw_choice` draws from."""
     missing = [token for token in allowed if token not in scores]
     if missing:
         raise ValueError(f"The engine returned no log-probability for the allowed tokens {missing}.")
     values = np.array([getattr(scores[token], "logprob", scores[token]) for token in allowed], dtype=np.float64)
     scaled = values / temperature
-    logprobs = scaled - np.logaddexp.reduce(scaled)
-    index = int(rng.choice(len(allowed), p=np.exp(logprobs)))
-    return int(allowed[index]), float(logprobs[index])
+    return scaled - np.logaddexp.reduce(scaled)
 
 
 def _eos_token_ids(llm: Any) -> tuple[int, ...]:
