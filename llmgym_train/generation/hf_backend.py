@@ -150,8 +150,10 @@ class HfGenerator:
                 active = [not row.done for row in rows]
                 # (B,), (B,), (B, V)
                 tokens, logprobs, distributions = sampler.draw(output.logits[:, -1, :].float(), active)
-                for index, (row, token) in enumerate(zip(rows, tokens.tolist(), strict=True)):
-                    row.add(token, float(logprobs[index]), distributions[index])
+                for row, token, logprob, distribution in zip(
+                    rows, tokens.tolist(), logprobs.tolist(), distributions, strict=True
+                ):
+                    row.add(token, logprob, distribution)
                 input_ids = tokens.unsqueeze(-1)  # (B, 1)
                 attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
                 position_ids = position_ids[:, -1:] + 1  # (B, 1)

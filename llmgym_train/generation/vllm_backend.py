@@ -291,12 +291,12 @@ class VllmGenerator:
             return _completion(output, versioned)
         sample = output.outputs[0]
         rng = np.random.default_rng(spec.seed) if spec.seed is not None else self._choice_rng
-        token, logprob = draw_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature, rng)
+        choices = tempered_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature)
+        token, logprob = _draw(choices, spec.allowed_token_ids, rng)
         versions = _token_versions(getattr(sample, "weight_versions", None), 1) if versioned else None
-        choices = tuple(tempered_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature).tolist())
         return Completion(
             token_ids=(token,), logprobs=(logprob,), finish_reason="length", policy_versions=versions,
-            choice_logprobs=choices,
+            choice_logprobs=tuple(choices.tolist()),
         )
 
 
@@ -313,7 +313,11 @@ def draw_choice(
     ``scores`` maps token ids to their log-probabilities ``log p`` at temperature 1 (floats or
     vLLM ``Logprob`` entries); every allowed token must be among them.
     """
-    logprobs = tempered_choice(scores, allowed, temperature)
+    return _draw(tempered_choice(scores, allowed, temperature), allowed, rng)
+
+
+def _draw(logprobs: np.ndarray, allowed: Sequence[int], rng: np.random.Generator) -> tuple[int, float]:
+    """One of ``allowed`` drawn from ``logprobs`` (in its order), and its log-probability."""
     index = int(rng.choice(len(allowed), p=np.exp(logprobs)))
     return int(allowed[index]), float(logprobs[index])
 
