@@ -347,20 +347,22 @@ def choice_samples(
     if trained == "all":
         return expanded
     played = expanded[list(choice_token_ids).index(sampled)]
-    if draws == 1:
-        return [played]
+    return [played] if draws == 1 else [played, *_drawn_choices(sample, expanded, draws - 1, rng)]
+
+
+def _drawn_choices(sample: Sample, expanded: list[Sample], count: int, rng: random.Random | None) -> list[Sample]:
+    """``count`` of ``expanded`` drawn from :attr:`Sample.choice_logprobs`, each with its own behaviour logprob."""
+    draws = count + 1
     distribution = sample.choice_logprobs
-    if distribution is None or len(distribution) != len(choice_token_ids):
+    if distribution is None or len(distribution) != len(expanded):
         raise ValueError(
             f"Drawing {draws} choices a turn needs the distribution the played one came from (Sample.choice_logprobs, "
             f"one per choice); got {distribution}. Its generator must report Completion.choice_logprobs."
         )
     assert rng is not None, "draws > 1 needs an rng"
-    picks = rng.choices(range(len(expanded)), weights=[math.exp(logprob) for logprob in distribution], k=draws - 1)
+    picks = rng.choices(range(len(expanded)), weights=[math.exp(logprob) for logprob in distribution], k=count)
     context_logprobs = sample.behavior_logprobs[:-1]
-    return [played] + [
-        replace(expanded[pick], behavior_logprobs=[*context_logprobs, distribution[pick]]) for pick in picks
-    ]
+    return [replace(expanded[pick], behavior_logprobs=[*context_logprobs, distribution[pick]]) for pick in picks]
 
 
 def _sequence_sample(trajectory: Trajectory) -> Sample:
