@@ -308,10 +308,8 @@ def choice_samples(
     ``trained="sampled"`` keeps the sampled choice's sample alone: GRPO's policy gradient on the
     action played, its credit minus the mean over the state's choices, the looked-ahead choices
     serving only as its baseline (a group of one branch per choice, as in a tree rollout).
-    ``draws`` > 1 (with ``"sampled"``) adds ``draws - 1`` choices drawn by ``rng`` from
-    :attr:`Sample.choice_logprobs`, the distribution the played one came from, each with that
-    logprob: a tree rollout ``draws`` moves wide at the state, whose branches' returns are the
-    looked-ahead ones. A choice drawn twice is trained twice.
+    ``draws`` > 1 (``"sampled"``): also ``draws - 1`` choices drawn from :attr:`Sample.choice_logprobs`
+    (:func:`_drawn_choices`), a tree rollout ``draws`` moves wide at the state.
     """
     if trained not in ("all", "sampled"):
         raise ValueError(f"trained must be 'all' or 'sampled', got {trained!r}.")
