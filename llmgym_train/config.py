@@ -371,8 +371,16 @@ class LossConfig:
     step_gamma: float = 0.95
     #: ``tree``: weight of the episode-level group advantage added to each branch's tree advantage.
     tree_episode_weight: float = 0.0
-    #: ``trainer.mode=async``: truncation of the behaviour weight ``min(pi_prox / mu, cap)`` of the
-    #: decoupled PPO objective (``mu``: the policy versions that sampled the tokens).
+    #: ``rollout.choices``: temperature of the choice policy trained, ``softmax(logits / it)`` over the
+    #: choices. 0: ``rollout.temperature``, the distribution the rollouts sample from (on-policy).
+    #: Another value explores at ``rollout.temperature`` and trains the policy at this one: each
+    #: sample is weighted by ``min(pi / mu, loss.behaviour_cap)`` (the decoupled PPO objective, ``mu``
+    #: the sampling distribution), so the update is the policy gradient of the policy at this
+    #: temperature, and a choice's pull fades as that policy settles on it.
+    policy_temperature: float = 0.0
+    #: Truncation of the behaviour weight ``min(pi_prox / mu, cap)`` of the decoupled PPO objective
+    #: (``mu``: what sampled the tokens: older policy versions under ``trainer.mode=async``, the
+    #: rollout's temperature under ``loss.policy_temperature``).
     behaviour_cap: float = 2.0
     #: ``trainer.mode=async``: that weight per ``token``, or one per ``sequence`` (the product of its tokens' ratios).
     importance_level: ImportanceLevel = "token"
@@ -385,6 +393,7 @@ class LossConfig:
         _check_choice("loss", "lookahead_choices", self.lookahead_choices, ChoicesTrained)
         _check_range("loss", "lookahead_turns", self.lookahead_turns, 1)
         _check_range("loss", "lookahead_draws", self.lookahead_draws, 1)
+        _check_range("loss", "policy_temperature", self.policy_temperature, 0.0)
         if self.lookahead_draws > 1 and self.lookahead_choices != "sampled":
             raise InvalidOptionError(
                 f"loss.lookahead_draws={self.lookahead_draws} draws more moves to train beside the one played; with "
@@ -671,6 +680,7 @@ class TrainConfig:
             )
         self._check_tree_credit()
         self._check_lookahead_credit()
+        self._check_policy_temperature()
         self._check_eval_turns()
         self._check_async()
         if self.rollout.agent == "markov" and self.rollout.layout != "turn":
@@ -738,6 +748,31 @@ class TrainConfig:
                 f"came from; vLLM reports it only for choices it leaves to llmgym, above temperature "
                 f"{VLLM_MAX_TEMPERATURE}, and rollout.temperature is {rollout.temperature}. Fix: rollout.temperature "
                 f"above {VLLM_MAX_TEMPERATURE}, rollout.backend=hf, or loss.lookahead_draws=1."
+            )
+
+    @property
+    def trains_another_temperature(self) -> bool:
+        """Whether the choice policy trained is not the one sampled (``loss.policy_temperature``)."""
+        return self.loss.policy_temperature not in (0.0, self.rollout.temperature)
+
+    def _check_policy_temperature(self) -> None:
+        """``loss.policy_temperature`` reweights sampled choices: it needs choices, sampled."""
+        if not self.trains_another_temperature:
+            return
+        every_choice = self.loss.credit == "lookahead" and self.loss.lookahead_choices == "all"
+        missing = [
+            need for need, ok in (
+                ('rollout.choices (e.g. ["Up","Down","Left","Right"])', bool(self.rollout.choices)),
+                ("rollout.temperature above 0", self.rollout.temperature > 0),
+                ("loss.lookahead_choices=sampled (all trains every choice, none sampled)", not every_choice),
+            ) if not ok
+        ]
+        if missing:
+            raise InvalidOptionError(
+                f"loss.policy_temperature={self.loss.policy_temperature} trains the choice policy at that "
+                f"temperature from choices sampled at rollout.temperature={self.rollout.temperature}, each "
+                f"weighted by their probability ratio; it needs {', '.join(missing)}. Or set "
+                "loss.policy_temperature=0 to train the distribution sampled."
             )
 
     def _check_eval_turns(self) -> None:

@@ -130,7 +130,8 @@ class Trainer:
         self.choice_ids = self.chat.choice_token_ids(config.rollout.choices)
         if self.choice_ids:
             self.policy.allowed_token_ids = torch.tensor(self.choice_ids)
-            self.policy.choice_temperature = config.rollout.temperature
+            # The policy trained (loss.policy_temperature), by default the one the rollouts sample.
+            self.policy.choice_temperature = config.loss.policy_temperature or config.rollout.temperature
         self.optimizer = torch.optim.AdamW(
             self.policy.trainable_parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
@@ -447,10 +448,11 @@ class Trainer:
         Async: the engine's logprobs (collated into ``old_logprobs``) become the behaviour
         policy's, the versions that sampled the tokens; the weights at this update's start are
         the proximal policy of the decoupled objective, scored like a synchronous step's old ones.
+        The same when ``loss.policy_temperature`` trains another temperature than the one sampled.
         """
         config = self.config
         batch = collate(samples, self.policy.pad_token_id)
-        if self.rollouts is not None:
+        if self.rollouts is not None or config.trains_another_temperature:
             batch.behaviour_logprobs = batch.old_logprobs
         loss = config.loss
         single_update = config.optim.ppo_epochs == 1 and not 0 < config.optim.minibatch_size < len(batch)

@@ -140,6 +140,23 @@ def test_lookahead_draws_need_the_sampled_choices_and_a_generator_that_reports_t
     assert load_config(None, [*base, "loss.lookahead_choices=sampled", "rollout.backend=hf"]).loss.lookahead_draws == 4
 
 
+def test_a_policy_temperature_other_than_the_sampled_one_needs_sampled_choices() -> None:
+    choices = ['rollout.choices=["Up","Down"]', "rollout.max_new_tokens=1", "rollout.layout=turn",
+               "rollout.temperature=6"]
+    lookahead = [*choices, "loss.credit=lookahead", "rollout.agent=markov"]
+    with pytest.raises(InvalidOptionError, match=r"needs rollout.choices .*Or set loss.policy_temperature=0"):
+        load_config(None, ["loss.policy_temperature=0.5"])
+    with pytest.raises(InvalidOptionError, match="loss.lookahead_choices=sampled"):
+        load_config(None, [*lookahead, "loss.policy_temperature=1"])
+    with pytest.raises(InvalidOptionError, match=r"loss.policy_temperature must be in \[0.0"):
+        load_config(None, [*choices, "loss.policy_temperature=-1"])
+    config = load_config(None, [*lookahead, "loss.lookahead_choices=sampled", "loss.policy_temperature=1"])
+    assert config.trains_another_temperature
+    # The temperature sampled, or 0, is the on-policy update.
+    assert not load_config(None, [*choices, "loss.policy_temperature=6"]).trains_another_temperature
+    assert not load_config(None, choices).trains_another_temperature
+
+
 def test_choice_samples_refuse_turns_of_several_tokens_and_mismatched_rewards() -> None:
     with pytest.raises(ValueError, match="one generated token"):
         choice_samples(one_token_sample(loss_mask=[0, 0, 1, 1], choice_rewards=(0.0,) * 4), [40, 41, 42, 43])

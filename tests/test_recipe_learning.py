@@ -134,16 +134,46 @@ def test_tool_recipe_learns_the_right_final_answer(tmp_path: Path) -> None:
     assert all(0.0 <= share <= 1.0 for share in called) and max(called) > 0.0, called
 
 
+#: The recipe's evaluation settings on the fixed room: greedy, the env's own turn limit, every 5 steps.
+FIXED_ROOM_EVAL = [{"id": "llmgym-test/SokobanFixed-v0",
+                    "options": {"max_turns": 10, "action_parser": "lenient"}}]
+SOKOBAN_EVAL = (
+    f"eval_envs={json.dumps(FIXED_ROOM_EVAL)}",
+    "eval.disabled=false", "eval.use_eval_set=false", "eval.levels=1", "eval.every=5",
+)
+
+
+def greedy_success(run: Path) -> list[tuple[int, float]]:
+    """``(step, success)`` of each evaluation in ``run``'s metrics file."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(record["step"], record["success_rate"]) for record in records if record["kind"] == "eval"]
+
+
 @pytest.mark.slow
 def test_sokoban_env_reward_recipe_learns_to_push_the_box_home(tmp_path: Path) -> None:
-    # The recipe's evaluation settings on the fixed room: greedy, the env's own turn limit.
-    evaluation = [{"id": "llmgym-test/SokobanFixed-v0", "options": {"max_turns": 10, "action_parser": "lenient"}}]
-    extra = (f"eval_envs={json.dumps(evaluation)}", "eval.disabled=false", "eval.use_eval_set=false",
-             "eval.levels=1", "eval.every=5")
-    train_recipe(tmp_path, "sokoban-v1-grpo", "llmgym-test/SokobanFixed-v0", steps=10, n_groups=4, extra=extra)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    greedy = [(record["step"], record["success_rate"]) for record in records if record["kind"] == "eval"]
+    train_recipe(tmp_path, "sokoban-v1-grpo", "llmgym-test/SokobanFixed-v0", steps=10, n_groups=4,
+                 extra=SOKOBAN_EVAL)
+    greedy = greedy_success(tmp_path / "run")
     print(f"sokoban-v1-grpo: greedy success by step {greedy}")
     assert [step for step, _ in greedy] == [0, 5, 10]
     assert greedy[0][1] == 0.0, "the untrained greedy policy should not solve the room"
     assert greedy[-1][1] == 1.0, f"sokoban-v1-grpo did not learn: greedy success {greedy}"
+
+
+@pytest.mark.slow
+def test_a_policy_trained_cooler_than_it_samples_settles_and_its_pull_fades(tmp_path: Path) -> None:
+    """``loss.policy_temperature=1`` under the recipe's moves sampled at 20: the policy at 1 learns the
+    room and settles on it, and its gradient fades; trained at 20 (on-policy), the pull never does."""
+    norms = {}
+    for temperature in (1, 20):
+        run = tmp_path / f"t{temperature}"
+        records = train_recipe(run, "sokoban-v1-grpo", "llmgym-test/SokobanFixed-v0", steps=15, n_groups=4,
+                               extra=(*SOKOBAN_EVAL, f"loss.policy_temperature={temperature}"))
+        greedy = greedy_success(run / "run")
+        assert greedy[-1][1] == 1.0, f"trained at {temperature}: greedy success {greedy}"
+        norms[temperature] = [record["grad_norm"] for record in records]
+        print(f"trained at {temperature}: entropy {[round(r['entropy'], 3) for r in records]}")
+    early, late = max(norms[1][:4]), max(norms[1][-3:])
+    assert late < 0.1 * early, f"the pull at temperature 1 should fade: grad norms {norms[1]}"
+    early, late = max(norms[20][:4]), max(norms[20][-3:])
+    assert late > 0.5 * early, f"at temperature 20 the pull should not fade: grad norms {norms[20]}"
