@@ -89,10 +89,10 @@ settings. Why the recipes that learnt are as they are:
   ``learning_curve_Math-Easy-v0.json``. ``tool-calculator-grpo`` constrains every reply to a tool
   call or an answer (``rollout.constrain=tool_calls``, the evaluation's too) and the third and
   last turn to an answer; ``learning_curve_ToolUse-Calculator-v0.json``. ``sokoban-v1-grpo``: GRPO
-  on four sampled moves a state, scored by a lookahead on the env's rewards; above the base model
-  but far below the issue's mark (seed 0: 3.1% greedy on the first 64 levels, 12.5% on all 200,
-  ``recipe_trials/sokoban-v1-grpo-lookahead-draws4-t20``; the recipe's seeds in
-  ``learning_curve_Sokoban-v1_sokoban-v1-grpo.json``).
+  on four sampled moves a state, scored by a lookahead on the env's rewards; far below the issue's
+  mark (seed 0: 3.1% greedy on the first 64 levels, 12.5% on all 200,
+  ``recipe_trials/sokoban-v1-grpo-lookahead-draws4-t20``; seed 1: 0%, its training success
+  rising only from step 60 of 97, ``learning_curve_Sokoban-v1_sokoban-v1-grpo.json``).
 * ``sokoban``: a starting point, not a tuned recipe: the lenient parser, 6 new tokens a turn,
   20 turns (the first 64 eval levels need at most 19 moves), 4-sample micro-batches.
 
