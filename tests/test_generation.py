@@ -265,22 +265,23 @@ def test_vllm_weight_sync_and_behavior_logprobs(vllm_generator: Any, smollm2_pat
 def test_a_choice_drawn_above_vllm_limit_follows_the_tempered_scores_and_its_seed() -> None:
     import numpy as np
 
-    from llmgym_train.generation.vllm_backend import draw_choice
+    from llmgym_train.generation.vllm_backend import draw_choice, tempered_choice
 
     allowed = (7, 9, 11, 13)
     scores = {7: -0.05, 9: -3.2, 11: -4.0, 13: -6.5, 2: -9.0}  # a peaked choice at temperature 1, one token more
     expected = torch.log_softmax(torch.tensor([scores[token] for token in allowed], dtype=torch.float64) / 4.0, 0)
     rng = np.random.default_rng(0)
-    draws = [draw_choice(scores, allowed, 4.0, rng) for _ in range(4000)]
+    tempered = tempered_choice(scores, allowed, 4.0)
+    draws = [draw_choice(tempered, allowed, rng) for _ in range(4000)]
     for index, token in enumerate(allowed):
         share = sum(drawn == token for drawn, _ in draws) / len(draws)
         assert abs(share - expected[index].exp().item()) < 0.03, (token, share)
     assert all(logprob == pytest.approx(expected[allowed.index(token)].item()) for token, logprob in draws)
     assert {token for token, _ in draws} == set(allowed)  # token 2 is not allowed
-    again = [draw_choice(scores, allowed, 4.0, np.random.default_rng(seed)) for seed in range(20)]
-    assert again == [draw_choice(scores, allowed, 4.0, np.random.default_rng(seed)) for seed in range(20)]
+    again = [draw_choice(tempered, allowed, np.random.default_rng(seed)) for seed in range(20)]
+    assert again == [draw_choice(tempered, allowed, np.random.default_rng(seed)) for seed in range(20)]
     with pytest.raises(ValueError, match=r"no log-probability for the allowed tokens \[15\]"):
-        draw_choice(scores, (7, 15), 4.0, rng)
+        tempered_choice(scores, (7, 15), 4.0)
 
 
 @pytest.mark.vllm

@@ -93,11 +93,16 @@ def train_recipe(tmp_path: Path, name: str, env_id: str, steps: int, n_groups: i
     with Trainer(config) as trainer:
         summary = trainer.train()
     assert summary.completed
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    records = [record for record in records if record["kind"] == "train"]
+    records = run_records(tmp_path / "run", "train")
     success = [round(record["success_rate"], 2) for record in records]
     print(f"{name}: sampled success {success} in {time.perf_counter() - started:.0f}s")
     return records
+
+
+def run_records(run: Path, kind: str) -> list[dict[str, Any]]:
+    """The records of ``kind`` (``train``, ``eval``) in ``run``'s metrics file, in order."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [record for record in records if record["kind"] == kind]
 
 
 def assert_learned(name: str, records: list[dict[str, Any]], chance: float, learned: float) -> None:
@@ -145,8 +150,7 @@ SOKOBAN_EVAL = (
 
 def greedy_success(run: Path) -> list[tuple[int, float]]:
     """``(step, success)`` of each evaluation in ``run``'s metrics file."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [(record["step"], record["success_rate"]) for record in records if record["kind"] == "eval"]
+    return [(record["step"], record["success_rate"]) for record in run_records(run, "eval")]
 
 
 @pytest.mark.slow

@@ -292,7 +292,7 @@ class VllmGenerator:
         sample = output.outputs[0]
         rng = np.random.default_rng(spec.seed) if spec.seed is not None else self._choice_rng
         choices = tempered_choice(sample.logprobs[0], spec.allowed_token_ids, spec.temperature)
-        token, logprob = _draw(choices, spec.allowed_token_ids, rng)
+        token, logprob = draw_choice(choices, spec.allowed_token_ids, rng)
         versions = _token_versions(getattr(sample, "weight_versions", None), 1) if versioned else None
         return Completion(
             token_ids=(token,), logprobs=(logprob,), finish_reason="length", policy_versions=versions,
@@ -305,19 +305,9 @@ def drawn_here(spec: SamplingSpec) -> bool:
     return bool(spec.allowed_token_ids) and spec.max_tokens == 1 and spec.temperature > VLLM_MAX_TEMPERATURE
 
 
-def draw_choice(
-    scores: Mapping[int, Any], allowed: Sequence[int], temperature: float, rng: np.random.Generator
-) -> tuple[int, float]:
-    """One of ``allowed`` drawn from ``softmax(log p / temperature)``, and its log-probability under that draw.
-
-    ``scores`` maps token ids to their log-probabilities ``log p`` at temperature 1 (floats or
-    vLLM ``Logprob`` entries); every allowed token must be among them.
-    """
-    return _draw(tempered_choice(scores, allowed, temperature), allowed, rng)
-
-
-def _draw(logprobs: np.ndarray, allowed: Sequence[int], rng: np.random.Generator) -> tuple[int, float]:
-    """One of ``allowed`` drawn from ``logprobs`` (in its order), and its log-probability."""
+def draw_choice(logprobs: np.ndarray, allowed: Sequence[int], rng: np.random.Generator) -> tuple[int, float]:
+    """One of ``allowed`` drawn from ``logprobs`` (in its order; :func:`tempered_choice` gives them
+    from the engine's scores), and its log-probability under that draw."""
     index = int(rng.choice(len(allowed), p=np.exp(logprobs)))
     return int(allowed[index]), float(logprobs[index])
 
