@@ -320,6 +320,20 @@ def test_step_penalty_sets_the_reward_of_every_move():
     assert (reward, terminated, info["success"]) == (BOX_ON_TARGET + SOLVED_BONUS, True, True)
 
 
+def test_blocked_penalty_sets_the_reward_of_a_move_that_changes_nothing():
+    env = gym.make("llmgym/Sokoban-v1", step_penalty=0.0, blocked_penalty=-0.5)
+    env.reset(options={"level": "######\n#@$#.#\n#   ##\n######"})
+    for action in ("Up", "Right"):  # into the wall; the box against the wall
+        before = env.unwrapped.state_key()
+        _, reward, _, _, info = env.step(f"<answer>{action}</answer>")
+        assert (reward, info["action_is_effective"], info["state_key"]) == (-0.5, False, before)
+    _, reward, _, _, info = env.step("<answer>Down</answer>")  # a move: the step penalty
+    assert (reward, info["action_is_effective"]) == (0.0, True)
+    default = gym.make("llmgym/Sokoban-v1")  # unset: blocked moves cost the step penalty
+    default.reset(options={"level": "#####\n#@$.#\n#####"})
+    assert default.step("<answer>Up</answer>")[1] == pytest.approx(STEP_PENALTY)
+
+
 # Down pushes the box against the bottom wall, off the target's row and column: no solution left.
 OPEN_ROOM = "######\n#.   #\n#  @ #\n#  $ #\n#    #\n######"
 

@@ -41,8 +41,9 @@ class SokobanEnv(TextEnv):
     ``Up``, ``Down``, ``Left``, ``Right`` (case-insensitive), or up to ``max_actions_per_turn``
     of them separated by ``||`` (e.g. ``<answer>Up || Up || Left</answer>``). A known name whose
     move is blocked (a wall, or a box against a wall or another box) is valid but not effective:
-    the state stays, the step penalty applies. An unknown name, no parseable answer, or too many
-    names make the whole turn invalid: nothing moves and the reward is ``invalid_penalty``.
+    the state stays, and the move earns ``blocked_penalty`` (by default the step penalty). An
+    unknown name, no parseable answer, or too many names make the whole turn invalid: nothing
+    moves and the reward is ``invalid_penalty``.
 
     ## Observation Space
     ``Text``: a line of feedback on the last turn, then the board, one row a line, in XSB
@@ -55,9 +56,9 @@ class SokobanEnv(TextEnv):
     target is in both), the board's own content written out as numbers.
 
     ## Rewards
-    Per move in a turn: ``step_penalty`` (default ``-0.1``); ``+1`` for pushing a box onto a
-    target, ``-1`` for pushing one off; ``+10`` when the last box reaches a target. A turn's
-    reward is the sum over its moves.
+    Per move in a turn: ``step_penalty`` (default ``-0.1``), or ``blocked_penalty`` for a blocked
+    move; ``+1`` for pushing a box onto a target, ``-1`` for pushing one off; ``+10`` when the
+    last box reaches a target. A turn's reward is the sum over its moves.
     With ``progress_reward`` (a turn-level reward for training; default 0, off), a turn also earns
     ``progress_reward`` times its progress: how many moves fewer the exact solver needs after it
     than before (``+1`` for a move on an optimal path, ``-1`` for a step away, ``0`` for a
@@ -93,6 +94,10 @@ class SokobanEnv(TextEnv):
       returns-to-go: with a penalty, two visits of one state in failed episodes differ in
       return by the turns left after them, whatever was played; at ``0`` failed episodes
       return 0 and only solving (discounted by the trainer) is rewarded.
+    - ``blocked_penalty``: the reward of a blocked move (into a wall, or a push the box cannot
+      make), which leaves the state as it was. Default ``None``: ``step_penalty``, like any move.
+      For training a policy that sees only the board: there, a blocked move repeats forever (the
+      same board asks for the same move), and below ``step_penalty`` it scores worse than moving.
     - ``progress_reward``: weight of the solver's progress in each turn's reward (see Rewards).
       Default 0. It solves the position exactly after every turn, so it takes at most 2 boxes.
       The optimal moves earn the most, so a policy trained on immediate turn rewards learns
@@ -137,6 +142,7 @@ class SokobanEnv(TextEnv):
         start: Literal["room", "solution"] = "room",
         max_moves_left: int | None = None,
         step_penalty: float = STEP_PENALTY,
+        blocked_penalty: float | None = None,
         progress_reward: float = 0.0,
         max_turns: int | None = 100,
         max_actions_per_turn: int = 1,
@@ -168,6 +174,7 @@ class SokobanEnv(TextEnv):
         self.start = start
         self.max_moves_left = max_moves_left
         self.step_penalty = float(step_penalty)
+        self.blocked_penalty = self.step_penalty if blocked_penalty is None else float(blocked_penalty)
         self.progress_reward = float(progress_reward)
         self.max_actions_per_turn = max_actions_per_turn
         self.solve_budget = solve_budget
@@ -383,12 +390,12 @@ class SokobanEnv(TextEnv):
         player, has_box = self._player, self._has_box
         ahead = player + step
         if self._maze.walls[ahead]:
-            return self.step_penalty, _BLOCKED_BY_WALL, False
+            return self.blocked_penalty, _BLOCKED_BY_WALL, False
         reward, message = self.step_penalty, _MOVED
         if has_box[ahead]:
             beyond = ahead + step
             if self._maze.walls[beyond] or has_box[beyond]:
-                return self.step_penalty, _BLOCKED_BOX, False
+                return self.blocked_penalty, _BLOCKED_BOX, False
             has_box[ahead], has_box[beyond] = 0, 1
             onto, off = self._is_target[beyond], self._is_target[ahead]
             self._boxes_off_target += off - onto
