@@ -34,9 +34,11 @@ def ending(success: bool, moves: Sequence[str], tail: int) -> str:
     if success:
         return "solved"
     last = list(moves[-tail:])
-    if len(last) == tail and len(set(last)) == 1:
+    if len(last) < tail:
+        return "other"
+    if len(set(last)) == 1:
         return "one move repeated"
-    if len(last) == tail and len(set(last)) == 2 and all(a != b for a, b in zip(last, last[1:])):
+    if len(set(last)) == 2 and all(a != b for a, b in zip(last, last[1:])):
         return "two moves in turn"
     return "other"
 
