@@ -500,6 +500,47 @@ class TextEnv(gym.Env[str, str]):
             raise ResetNeeded(f"{type(self).__name__}.state_key was called before reset(); call env.reset() first.")
         return self._state_key()
 
+    def random_rollout_returns(
+        self, actions: list[str], *, rollouts: int, turns: int, gamma: float = 1.0, seed: int = 0, reduce: str = "max"
+    ) -> list[float]:
+        """Each action's return from the state now, over random continuations; the state is kept.
+
+        Every action is played from a snapshot, then ``rollouts`` times on from there for up to
+        ``turns - 1`` more turns, each drawn uniformly from ``actions``, until the episode ends.
+        A continuation's return is the sum of its turns' rewards, discounted by ``gamma`` a turn
+        after the first; the action's figure is the best of them (``reduce="max"``: the most the
+        env's rewards say a random search finds within ``turns``) or their mean (``"mean"``: the
+        action's value under the uniform policy). Only the env's rewards and snapshots are used.
+        """
+        if reduce not in ("max", "mean") or rollouts < 1 or turns < 1 or not actions:
+            raise InvalidOptionError(
+                f"random_rollout_returns needs actions, rollouts >= 1, turns >= 1 and reduce 'max' or 'mean'; got "
+                f"{len(actions)} actions, rollouts={rollouts}, turns={turns}, reduce={reduce!r}."
+            )
+        start = self.get_state()
+        draws = np.random.default_rng(seed).integers(0, len(actions), size=(len(actions), rollouts, turns - 1))
+        figures = []
+        try:
+            for index, action in enumerate(actions):
+                self.set_state(start)
+                _, first, terminated, truncated, _ = self.step(action)
+                after = self.get_state()
+                returns = []
+                for continuation in draws[index] if not (terminated or truncated) else draws[index, :1, :0]:
+                    self.set_state(after)
+                    total, discount = float(first), 1.0
+                    for draw in continuation:
+                        _, reward, terminated, truncated, _ = self.step(actions[draw])
+                        discount *= gamma
+                        total += discount * float(reward)
+                        if terminated or truncated:
+                            break
+                    returns.append(total)
+                figures.append(max(returns) if reduce == "max" else float(np.mean(returns)))
+        finally:
+            self.set_state(start)
+        return figures
+
     def _check_state(self, state: Any) -> None:
         name = _class_name(type(self))
         if not isinstance(state, EnvState) or state.env != name:

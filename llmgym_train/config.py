@@ -43,6 +43,8 @@ Credit = Literal["episode", "gigpo", "tree", "lookahead"]
 ChoiceTarget = Literal["reward", "best", "greedy"]
 #: ``loss.credit=lookahead``: which choices of a visited state are trained.
 ChoicesTrained = Literal["all", "sampled"]
+#: ``loss.credit=lookahead``: who plays a looked-ahead choice's continuation.
+Continuation = Literal["greedy", "random"]
 DType = Literal["auto", "float32", "bfloat16"]
 Autocast = Literal["auto", "bfloat16", "off"]
 LRSchedule = Literal["constant", "linear", "cosine"]
@@ -360,6 +362,14 @@ class LossConfig:
     #: all, discounted by ``step_gamma`` per turn. A state's choices then differ wherever the policy
     #: can finish what a choice starts, whatever the env rewards on the way.
     lookahead_turns: int = 1
+    #: ``lookahead_turns`` > 1: who plays each choice's continuation. ``greedy``: the policy's own
+    #: greedy turns (above). ``random``: ``lookahead_rollouts`` continuations of uniformly drawn
+    #: choices, played where the env runs (no generation), the choice earning the best of their
+    #: discounted returns: how soon a random search from it reaches the env's rewards. Its signal
+    #: does not wait for the policy to finish what a choice starts.
+    lookahead_continuation: Continuation = "greedy"
+    #: ``lookahead_continuation=random``: continuations played from each choice.
+    lookahead_rollouts: int = 64
     #: ``gigpo``: weight of the step advantage added to the episode advantage.
     step_weight: float = 1.0
     #: ``gigpo``: weight of the episode advantage; at 0 only turns from a state other turns of
@@ -393,6 +403,13 @@ class LossConfig:
         _check_choice("loss", "lookahead_choices", self.lookahead_choices, ChoicesTrained)
         _check_range("loss", "lookahead_turns", self.lookahead_turns, 1)
         _check_range("loss", "lookahead_draws", self.lookahead_draws, 1)
+        _check_choice("loss", "lookahead_continuation", self.lookahead_continuation, Continuation)
+        _check_range("loss", "lookahead_rollouts", self.lookahead_rollouts, 1)
+        if self.lookahead_continuation == "random" and self.lookahead_turns < 2:
+            raise InvalidOptionError(
+                "loss.lookahead_continuation=random plays random turns after each looked-ahead choice; with "
+                f"loss.lookahead_turns={self.lookahead_turns} there are none. Set loss.lookahead_turns above 1."
+            )
         _check_range("loss", "policy_temperature", self.policy_temperature, 0.0)
         if self.lookahead_draws > 1 and self.lookahead_choices != "sampled":
             raise InvalidOptionError(

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 _Result = TypeVar("_Result")
 #: The calls an episode makes, in the order a coordinator runs the kinds pending at once.
-CallKind = Literal["reset", "set_state", "get_state", "step"]
-_KINDS: tuple[CallKind, ...] = ("reset", "set_state", "get_state", "step")
+CallKind = Literal["reset", "set_state", "get_state", "step", "rollout_returns"]
+_KINDS: tuple[CallKind, ...] = ("reset", "set_state", "get_state", "step", "rollout_returns")
 
 
 class AgentEnv(Protocol):
@@ -51,6 +51,8 @@ class AgentEnv(Protocol):
     async def get_state(self) -> Any: ...
 
     async def set_state(self, state: Any) -> None: ...
+
+    async def random_rollout_returns(self, actions: list[str], **settings: Any) -> list[float]: ...
 
 
 @dataclass
@@ -106,6 +108,10 @@ class AsyncEnv:
 
         await self._call(restore)
 
+    async def random_rollout_returns(self, actions: list[str], **settings: Any) -> list[float]:
+        """Each action's return over random continuations from the state now (:meth:`llmgym.core.TextEnv.random_rollout_returns`)."""
+        return await self._call(lambda: self.env.unwrapped.random_rollout_returns(actions, **settings))
+
     async def _call(self, work: Callable[[], _Result]) -> _Result:
         def timed() -> _Result:
             with self.timer.measure():
@@ -143,6 +149,10 @@ class EpisodeEnv:
     async def set_state(self, state: Any) -> None:
         """Restore a snapshot into the sub-env, after a reset to the episode's level (its wrappers start afresh)."""
         await self.episodes.request("set_state", self.index, state)
+
+    async def random_rollout_returns(self, actions: list[str], **settings: Any) -> list[float]:
+        """Each action's return over random continuations, computed where the sub-env runs (one call, not a step each)."""
+        return await self.episodes.request("rollout_returns", self.index, (actions, settings))
 
     def close(self) -> None:
         """Nothing to do: the pool keeps the vector env for the next rollout."""
@@ -237,6 +247,9 @@ class VectorEpisodes:
                      sub_env_info(infos, index)) for index in indices]
         if kind == "get_state":
             return await venv.aget_state(indices)
+        if kind == "rollout_returns":
+            calls = [((actions,), settings) for actions, settings in arguments]
+            return await venv.acall_each("random_rollout_returns", calls, indices)
         if kind == "set_state":  # a fresh reset to the episode's level first, as a new env would have
             await self._reset(indices, [(self.starts[i].seed, self.starts[i].reset_options) for i in indices])
             await venv.aset_state(arguments, indices)

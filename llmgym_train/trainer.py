@@ -387,7 +387,8 @@ class Trainer:
         return AgentConfig(
             sampling=sampling, max_turns=rollout.max_turns or None, max_context_tokens=rollout.max_model_len,
             sampling_seed=seed, lookahead=loss.credit == "lookahead", lookahead_turns=loss.lookahead_turns,
-            lookahead_gamma=loss.step_gamma, constrain=rollout.constrain,
+            lookahead_gamma=loss.step_gamma, lookahead_continuation=loss.lookahead_continuation,
+            lookahead_rollouts=loss.lookahead_rollouts, constrain=rollout.constrain,
         )
 
     def _play(

@@ -238,6 +238,23 @@ class TextVectorEnv(VectorEnv[Observations, Sequence[str], np.ndarray]):
         ops = [Op("call", index, (name, args, kwargs)) for index in range(self.num_envs)]
         return tuple(self._run_calls(ops, f"call({name!r})"))
 
+    async def acall_each(
+        self, name: str, arguments: Sequence[tuple[tuple[Any, ...], dict[str, Any]]], indices: Sequence[int]
+    ) -> list[Any]:
+        """Call method ``name`` of sub-env ``indices[k]`` with ``arguments[k]`` (``(args, kwargs)``), without blocking.
+
+        For calls that read a sub-env and leave it as it was, such as a lookahead's
+        :meth:`~llmgym.core.TextEnv.random_rollout_returns`; the results come in ``indices``' order.
+        """
+        self._check_usable()
+        selected = self._indices(indices, f"call({name!r})")
+        if len(arguments) != len(selected):
+            raise InvalidOptionError(
+                f"call({name!r}) needs one (args, kwargs) per index: got {len(arguments)} for {len(selected)} sub-envs."
+            )
+        ops = [Op("call", index, (name, tuple(args), dict(kwargs))) for index, (args, kwargs) in zip(selected, arguments)]
+        return self._check_calls(await self._aexecute(ops, f"call({name!r})"), f"call({name!r})")
+
     def get_state(self, indices: Sequence[int] | None = None) -> list[Any]:
         """Snapshots of the sub-envs ``indices`` (default all), in that order.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from llmgym_train.chat import ChatTokens
 from llmgym_train.constraints import Constrain, reply_regex
@@ -55,6 +55,10 @@ class AgentConfig:
             (as ``markov`` plays); the choice earns those turns' env rewards, discounted by
             ``lookahead_gamma`` per turn. 1: the choice's own reward.
         lookahead_gamma: per-turn discount of a choice's continuation (``lookahead_turns > 1``).
+        lookahead_continuation: who plays a choice's continuation: ``greedy`` (the policy, as
+            above) or ``random`` (``lookahead_rollouts`` continuations of uniformly drawn choices,
+            played where the env runs; the choice earns the best of their returns).
+        lookahead_rollouts: random continuations of each choice (``lookahead_continuation="random"``).
         constrain: ``tool_calls`` constrains every reply to a call of a tool the env lists in its
             reset info, or an answer, and the last of ``max_turns`` to an answer
             (:mod:`llmgym_train.constraints`); ``none``: free generation.
@@ -67,6 +71,8 @@ class AgentConfig:
     lookahead: bool = False
     lookahead_turns: int = 1
     lookahead_gamma: float = 1.0
+    lookahead_continuation: Literal["greedy", "random"] = "greedy"
+    lookahead_rollouts: int = 1
     constrain: Constrain = "none"
 
     def __post_init__(self) -> None:
@@ -80,6 +86,11 @@ class AgentConfig:
             raise ValueError(f"lookahead_turns must be >= 1, and 1 without lookahead; got {self.lookahead_turns}.")
         if not 0.0 <= self.lookahead_gamma <= 1.0:
             raise ValueError(f"lookahead_gamma must be in [0, 1], got {self.lookahead_gamma}.")
+        if self.lookahead_continuation not in ("greedy", "random") or self.lookahead_rollouts < 1:
+            raise ValueError(
+                f"lookahead_continuation must be 'greedy' or 'random' and lookahead_rollouts >= 1; got "
+                f"{self.lookahead_continuation!r} and {self.lookahead_rollouts}."
+            )
 
 
 class Agent:

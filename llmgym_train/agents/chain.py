@@ -79,7 +79,7 @@ async def play_turns(
     if not builder.fits(0):
         return builder.build("context_overflow")
     policy = None
-    if agent.config.lookahead_turns > 1:
+    if agent.config.lookahead_turns > 1 and agent.config.lookahead_continuation == "greedy":
         policy = GreedyPolicy(agent, builder, obs_queue, act_queue)
     while True:
         if before_turn is not None:
@@ -88,7 +88,7 @@ async def play_turns(
         text = agent.chat.action_text(completion.token_ids)
         choice_rewards = played = None
         if agent.config.lookahead:
-            choice_rewards = await lookahead_rewards(agent, env, policy)
+            choice_rewards = await lookahead_rewards(agent, env, policy, _lookahead_seed(agent, builder))
             played = _choice_index(agent, completion)
         observation, reward, terminated, truncated, info = await env.step(text)
         builder.add_generation(completion, text, float(reward), info, choice_rewards, played)
@@ -100,15 +100,25 @@ async def play_turns(
             return builder.build("context_overflow")
 
 
-async def lookahead_rewards(agent: Agent, env: AgentEnv, policy: GreedyPolicy | None = None) -> tuple[float, ...]:
+async def lookahead_rewards(
+    agent: Agent, env: AgentEnv, policy: GreedyPolicy | None = None, seed: int = 0
+) -> tuple[float, ...]:
     """The return each choice (``sampling.allowed_token_ids``) earns from the env's state now; the state is kept.
 
     Every choice is played once from a snapshot, and the snapshot is restored after the last.
     With ``lookahead_turns > 1``, ``policy`` plays on after the choice until the env ends the
     episode or the turns run out, and the choice earns the discounted sum of those turns' env
     rewards (``lookahead_gamma`` per turn): a one-step rollout of the policy, scored by the env.
+    Under ``lookahead_continuation="random"`` the env plays ``lookahead_rollouts`` continuations
+    of uniformly drawn choices instead (seeded by ``seed``), and the choice earns the best return.
     """
     turns = agent.config.lookahead_turns
+    if turns > 1 and agent.config.lookahead_continuation == "random":
+        actions = [agent.chat.action_text([token_id]) for token_id in agent.config.sampling.allowed_token_ids]
+        returns = await env.random_rollout_returns(
+            actions, rollouts=agent.config.lookahead_rollouts, turns=turns, gamma=agent.config.lookahead_gamma, seed=seed
+        )
+        return tuple(float(value) for value in returns)
     if turns > 1 and policy is None:
         raise ValueError(f"lookahead_turns={turns} plays on after each choice, which needs the policy's greedy turns.")
     state = await env.get_state()
@@ -172,6 +182,12 @@ class GreedyPolicy:
                 action = self.agent.chat.action_text((await self.act_queue.get()).token_ids)
             self.actions[observation] = action
         return self.actions[observation]
+
+
+def _lookahead_seed(agent: Agent, builder: TrajectoryBuilder) -> int:
+    """The seed of a turn's random continuations: from the sampling seed, the episode and the turn."""
+    base = agent.config.sampling_seed or 0
+    return (base * 1_000_003 + builder.start.episode_index * 10_007 + len(builder.turns)) % (2**31 - 1)
 
 
 def _choice_index(agent: Agent, completion: Completion) -> int | None:
