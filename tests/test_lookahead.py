@@ -237,6 +237,57 @@ def test_a_lookahead_of_several_turns_credits_each_move_with_what_the_greedy_pol
                             for r in requests)
 
 
+def test_a_random_lookahead_credits_each_move_with_the_best_return_its_random_continuations_find() -> None:
+    from llmgym_train.testing import tiny_tokenizer
+
+    agent = markov_agent(
+        tiny_tokenizer(MOVES), lookahead_turns=3, lookahead_gamma=0.5, lookahead_continuation="random", lookahead_rollouts=200
+    )
+    env = gym.make(SOKOBAN, step_penalty=0.0, action_parser="lenient")  # the env's own rewards only
+    handle = AsyncEnv(env)
+
+    async def run(seed: int) -> tuple[tuple[float, ...], Any, Any]:
+        await handle.reset(options={"level": "######\n#    #\n#@ $.#\n#    #\n######"})
+        before = env.unwrapped.get_state()
+        return await lookahead_rewards(agent, handle, None, seed), before, env.unwrapped.get_state()
+
+    rewards, before, after = asyncio.run(run(seed=5))
+    # The box is two cells right of the player, its target just beyond. Within three turns:
+    # Right, Right solves on the 2nd turn (discounted once), Left bumps the wall and needs
+    # Right, Right (the 3rd turn, discounted twice), Up and Down cannot reach the box in time.
+    # Among 200 draws of two continuation moves each, Right-Right is found.
+    assert rewards == (0.0, 0.0, 11 * 0.25, 11 * 0.5)
+    assert after.task == before.task and after.turn == before.turn == 0 and not after.ended
+    # One continuation a move cannot find Left's two-move follow-up every time: the seed decides which.
+    agent.config = replace(agent.config, lookahead_rollouts=1)
+    found = {asyncio.run(run(seed))[0][MOVES.index("Left")] for seed in range(40)}
+    assert found == {0.0, 11 * 0.25}
+    assert asyncio.run(run(seed=3))[0] == asyncio.run(run(seed=3))[0]
+
+
+def test_random_rollout_returns_are_the_envs_and_leave_it_as_it_was() -> None:
+    env = gym.make(SOKOBAN, step_penalty=-0.1, action_parser="lenient")
+    env.reset(options={"level": LEVEL})
+    core = env.unwrapped
+    before = core.get_state()
+    actions = [f"<answer>{move}</answer>" for move in MOVES]
+    best = core.random_rollout_returns(actions, rollouts=50, turns=1)
+    # One turn: each move's own reward. Right pushes the box onto its target (+1, +10 solved, -0.1 the move).
+    assert best == pytest.approx([-0.1, -0.1, -0.1, 10.9])
+    mean = core.random_rollout_returns(actions, rollouts=50, turns=4, gamma=0.9, reduce="mean", seed=1)
+    most = core.random_rollout_returns(actions, rollouts=50, turns=4, gamma=0.9, seed=1)
+    assert all(m <= b for m, b in zip(mean, most)) and most[3] == pytest.approx(10.9)
+    after = core.get_state()
+    assert after.task == before.task and after.turn == before.turn == 0 and after.observation == before.observation
+    for bad in ({"rollouts": 0, "turns": 2}, {"rollouts": 2, "turns": 0}, {"rollouts": 2, "turns": 2, "reduce": "median"}):
+        with pytest.raises(InvalidOptionError, match="random_rollout_returns needs"):
+            core.random_rollout_returns(actions, **bad)
+    with pytest.raises(InvalidOptionError, match="lookahead_turns=1 there are none"):
+        load_config(None, ["loss.lookahead_continuation=random"])
+    with pytest.raises(InvalidOptionError, match="Did you mean 'random'"):
+        load_config(None, ["loss.lookahead_continuation=randm"])
+
+
 def test_a_lookahead_of_several_turns_needs_a_policy_that_sees_the_state_alone() -> None:
     from llmgym_train.testing import tiny_tokenizer
 
@@ -273,8 +324,8 @@ def test_config_names_what_lookahead_credit_is_missing(overrides: list[str], mis
         load_config(None, ["loss.credit=lookahead", *overrides])
 
 
-@pytest.mark.parametrize("lookahead_turns", [1, 3])
-def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any, lookahead_turns: int) -> None:
+@pytest.mark.parametrize(("lookahead_turns", "continuation"), [(1, "greedy"), (3, "greedy"), (3, "random")])
+def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any, lookahead_turns: int, continuation: str) -> None:
     from llmgym_train.testing import save_tiny_model
     from llmgym_train.trainer import Trainer
 
@@ -285,7 +336,7 @@ def test_trainer_step_trains_one_sample_per_choice_of_every_turn(tmp_path: Any, 
         "rollout.agent=markov", "rollout.layout=turn", "rollout.response_prefix=<answer>",
         f"rollout.choices={MOVES}".replace("'", '"'), "rollout.max_new_tokens=1", "rollout.max_model_len=512",
         "rollout.group_size=1", "loss.credit=lookahead", f"loss.lookahead_turns={lookahead_turns}", "progress=false",
-        "threads=1",
+        "threads=1", f"loss.lookahead_continuation={continuation}", "loss.lookahead_rollouts=8",
     ])
     with Trainer(config) as trainer:
         trajectories, _ = trainer.collect(0)

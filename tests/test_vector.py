@@ -538,6 +538,11 @@ def test_sub_envs_are_built_where_they_run_from_any_callable(backend: str, closi
     assert set(built_in) == expected and venv.get_attr("max_turns") == (2, 2, 2)
     venv.reset(seed=0)
     assert venv.call("count_plus", 5) == (5, 5, 5) and venv.render() == (None,) * 3
+    # One call each, with its own arguments, to some sub-envs: results in the order asked.
+    calls = [((7,), {}), ((1,), {})]
+    assert asyncio.run(venv.acall_each("count_plus", calls, [2, 0])) == [7, 1]
+    with pytest.raises(InvalidOptionError, match="one \\(args, kwargs\\) per index"):
+        asyncio.run(venv.acall_each("count_plus", calls, [0]))
 
 
 # ---------------------------------------------------------------------- failures
