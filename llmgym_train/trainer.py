@@ -31,7 +31,9 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,7 +248,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> RunSummary:
-        """Train until ``config.steps``; evaluate before, every ``eval.every`` steps and at the end."""
+        """Train until ``config.steps``; evaluate before, every ``eval.every`` steps and at the end.
+
+        Ctrl-C or SIGTERM (``kill PID``, a scheduler's stop; a run started in the background
+        ignores SIGINT) stops the run as its last step ends: the checkpoint, the curve and the
+        summary are written, and ``--resume`` continues it.
+        """
+        restore = _terminate_as_interrupt()
+        try:
+            return self._train()
+        finally:
+            restore()
+
+    def _train(self) -> RunSummary:
         config = self.config
         stop_reason, completed = "reached the last step", True
         try:
@@ -615,6 +629,19 @@ class Trainer:
         self.last_eval_step = state.get("last_eval_step", self.step)
         self.budget_used_s = float(state.get("budget_used_s", 0.0))
         self._async_state = state.get("async")
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """Make SIGTERM raise KeyboardInterrupt, once, in this (main) thread; returns what restores the handler before."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the checkpoint written after it is not cut short
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _kill_point(name: str, step: int) -> None:

@@ -183,6 +183,9 @@ def test_gradient_checkpointing_and_bfloat16_parameters_keep_the_float32_gradien
 # ---------------------------------------------------------------------- the run contract
 import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -319,6 +322,29 @@ def test_interrupt_writes_checkpoint_and_curve(tmp_path: Path) -> None:
     assert not summary.completed and summary.stop_reason == "interrupted"
     assert summary.curve is not None and summary.curve.is_file()
     assert (tmp_path / "interrupted" / CHECKPOINT_FILE).is_file()
+
+
+class TerminateEnv(NanRewardEnv):
+    """Sends its own process SIGTERM on its first step, as ``kill PID`` does to a run in the background."""
+
+    def _apply(self, action: str) -> Outcome:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # the handler runs in the main thread; this step may still finish
+        return Outcome("done", 0.0, terminated=True)
+
+
+TERMINATE_ENV_ID = "llmgym-test/Terminate-v0"
+if TERMINATE_ENV_ID not in gym.registry:
+    gym.register(TERMINATE_ENV_ID, entry_point=TerminateEnv)
+
+
+def test_sigterm_stops_a_run_as_an_interrupt_and_the_handler_is_given_back(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model", seed=4)
+    before = signal.getsignal(signal.SIGTERM)
+    summary = _run(_config(tmp_path, model, "terminated", 5, f"train_envs={TERMINATE_ENV_ID}:1"))
+    assert not summary.completed and summary.stop_reason.startswith("interrupted")
+    assert summary.step < 5 and (tmp_path / "terminated" / CHECKPOINT_FILE).is_file()
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_mixture_with_filters_lora_and_kl_logs_per_env_metrics(tmp_path: Path) -> None:
