@@ -15,6 +15,7 @@ The solver only grades here; it never reaches a loss. Writes
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--settings", nargs="+", default=["16x11", "128x15", "256x20"],
                         help="ROLLOUTSxTURNS of each setting")
     args = parser.parse_args(argv)
-    results = []
+    load_start, results = os.getloadavg(), []
     for setting in args.settings:
         rollouts, turns = (int(part) for part in setting.split("x"))
         results.append(measure(args.starts, rollouts, turns))
@@ -90,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(markdown_table(["rollouts x turns", "moves left", "states", "signal", "best all optimal", "ms a state"], rows))
     path = write_result(f"lookahead_signal_{ENV_ID.split('/')[-1]}",
                         {"env_id": ENV_ID, "starts": args.starts, "gamma": GAMMA, "start": "solution (anywhere)",
-                         "settings": results})
+                         "settings": results, "load_average_start": [round(x, 2) for x in load_start],
+                         "load_average_end": [round(x, 2) for x in os.getloadavg()]})
     print(f"wrote {path}")
 
 
