@@ -93,6 +93,11 @@ class AgentConfig:
             )
 
 
+def episode_seed(base: int, episode_index: int, index: int) -> int:
+    """A seed for the ``index``-th draw of episode ``episode_index`` (a request, a turn's lookahead) of a rollout seeded ``base``."""
+    return (base * 1_000_003 + episode_index * 10_007 + index) % (2**31 - 1)
+
+
 class Agent:
     """Plays one episode per ``collect_trajectory`` call; subclasses implement the episode's logic.
 
@@ -176,4 +181,4 @@ class Agent:
     def _request_seed(self, episode_index: int, request: int) -> int | None:
         if self.config.sampling.seed is not None or self.config.sampling_seed is None:
             return self.config.sampling.seed
-        return (self.config.sampling_seed * 1_000_003 + episode_index * 10_007 + request) % (2**31 - 1)
+        return episode_seed(self.config.sampling_seed, episode_index, request)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import ClassVar
 
-from llmgym_train.agents.base import Agent, GenerationRequest
+from llmgym_train.agents.base import Agent, GenerationRequest, episode_seed
 from llmgym_train.chat import ChatTokens
 from llmgym_train.data import Trajectory
 from llmgym_train.envs import AgentEnv
@@ -186,8 +186,7 @@ class GreedyPolicy:
 
 def _lookahead_seed(agent: Agent, builder: TrajectoryBuilder) -> int:
     """The seed of a turn's random continuations: from the sampling seed, the episode and the turn."""
-    base = agent.config.sampling_seed or 0
-    return (base * 1_000_003 + builder.start.episode_index * 10_007 + len(builder.turns)) % (2**31 - 1)
+    return episode_seed(agent.config.sampling_seed or 0, builder.start.episode_index, len(builder.turns))
 
 
 def _choice_index(agent: Agent, completion: Completion) -> int | None:
